@@ -1,0 +1,1 @@
+"""fed-retrieval: federated deep retrieval (dual encoders) with TensorFlow Federated."""

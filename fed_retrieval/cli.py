@@ -1,0 +1,37 @@
+"""What every script does first: quiet TF logs, a private network, clean errors.
+
+Import this module before TensorFlow: it must isolate the network while the
+process is still single-threaded (see `tff_runtime.isolate_network`).
+"""
+
+import os
+import sys
+from typing import Callable, Sequence
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app  # pylint: disable=g-import-not-at-top
+
+from fed_retrieval import tff_runtime  # pylint: disable=g-import-not-at-top
+
+tff_runtime.isolate_network()
+
+
+class UserError(Exception):
+  """Bad input (a flag, a file, a directory): reported in one line, exit code 2."""
+
+
+def run(main: Callable[[Sequence[str]], None]) -> None:
+  """`absl.app.run` that turns bad input into one clear error line."""
+  from tasks.ratings_io import RatingsFormatError  # pylint: disable=g-import-not-at-top
+
+  def guarded_main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+      raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
+    try:
+      main(argv)
+    except (UserError, RatingsFormatError, ValueError, FileNotFoundError) as e:
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(2)
+
+  app.run(guarded_main)

@@ -1,0 +1,183 @@
+"""A local TFF execution context whose C++ worker can neither be orphaned nor reached.
+
+TFF's default context starts `tensorflow_federated/data/worker_binary` with the
+parent's stdout and only stops it from a `__del__` that does not run at exit, so
+the worker outlives the program and keeps pipes open. Here the worker is started
+by us instead:
+- with PR_SET_PDEATHSIG=SIGKILL, so the kernel kills it when the parent dies in
+  any way (normal exit, exception, Ctrl-C, SIGKILL);
+- with stdout/stderr to a log file (or /dev/null), never the parent's pipes;
+- stopped explicitly by `LocalWorker.stop`, by a context manager and at exit.
+The worker binary has no bind-address flag and listens on all interfaces. Call
+`isolate_network()` first thing in a program, while it is single-threaded: it
+moves the process into a private network namespace that has only loopback, so
+the worker is unreachable from outside. (Nothing in this project uses the
+network at run time.)
+"""
+
+import atexit
+import contextlib
+import ctypes
+import fcntl
+import os
+import signal
+import socket
+import struct
+import subprocess
+import time
+from typing import Iterator, Optional
+
+from absl import logging
+import grpc
+import portpicker
+
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+_PR_SET_PDEATHSIG = 1
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_GRPC_OPTIONS = [
+    ("grpc.max_message_length", 2 * 1000 * 1000 * 1000),
+    ("grpc.max_receive_message_length", 2 * 1000 * 1000 * 1000),
+    ("grpc.max_send_message_length", 2 * 1000 * 1000 * 1000),
+]
+_STARTUP_TIMEOUT_SECONDS = 120.0
+
+_network_isolated = False
+
+
+def _libc() -> ctypes.CDLL:
+  return ctypes.CDLL(None, use_errno=True)
+
+
+def _bring_loopback_up() -> None:
+  with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    request = struct.pack("16sH", b"lo", 0)
+    flags = struct.unpack("16sH", fcntl.ioctl(s, _SIOCGIFFLAGS, request))[1]
+    fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | _IFF_UP))
+
+
+def isolate_network() -> bool:
+  """Moves this process into a private network namespace with only loopback.
+
+  Must run before any thread starts (namespaces are per thread until then
+  inherited). Returns False (and logs why) where the kernel refuses, e.g. no
+  privileges and no user namespaces; the program then still runs, with the
+  worker listening on all interfaces of this machine.
+  """
+  global _network_isolated
+  if _network_isolated:
+    return True
+  libc = _libc()
+  for flags in (_CLONE_NEWNET, _CLONE_NEWUSER | _CLONE_NEWNET):
+    if libc.unshare(flags) == 0:
+      try:
+        _bring_loopback_up()
+      except OSError as e:
+        logging.warning("Private network namespace without loopback: %s", e)
+        return False
+      _network_isolated = True
+      return True
+  logging.warning("Could not isolate the network (%s); the TFF worker will "
+                  "listen on all interfaces.", os.strerror(ctypes.get_errno()))
+  return False
+
+
+def worker_binary_path() -> str:
+  import tensorflow_federated  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(tensorflow_federated.__file__), "data",
+                      "worker_binary")
+  if not os.path.isfile(path):
+    raise RuntimeError(f"TFF worker binary not found at {path}")
+  return path
+
+
+def _die_with_parent() -> None:
+  _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class LocalWorker:
+  """One TFF C++ worker process, tied to the lifetime of this process."""
+
+  def __init__(self, log_path: Optional[str] = None,
+               max_concurrent_computation_calls: int = -1):
+    self._log_path = log_path
+    self._max_calls = max_concurrent_computation_calls
+    self._process: Optional[subprocess.Popen] = None
+    self.port: Optional[int] = None
+
+  @property
+  def pid(self) -> Optional[int]:
+    return self._process.pid if self._process else None
+
+  def start(self) -> "tff.framework.RemoteExecutorGrpcStub":
+    """Starts the worker and returns a stub once it answers."""
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    self.port = portpicker.pick_unused_port()
+    log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL
+    try:
+      self._process = subprocess.Popen(
+          [worker_binary_path(), f"--port={self.port}",
+           f"--max_concurrent_computation_calls={self._max_calls}"],
+          stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+          preexec_fn=_die_with_parent, close_fds=True)
+    finally:
+      if log is not subprocess.DEVNULL:
+        log.close()
+    atexit.register(self.stop)
+    channel = grpc.insecure_channel(f"localhost:{self.port}", _GRPC_OPTIONS)
+    stub = tff.framework.RemoteExecutorGrpcStub(channel)
+    deadline = time.monotonic() + _STARTUP_TIMEOUT_SECONDS
+    while not stub.is_ready:
+      if self._process.poll() is not None:
+        raise RuntimeError(f"TFF worker exited with code {self._process.returncode}"
+                           f" (log: {self._log_path or 'discarded'})")
+      if time.monotonic() > deadline:
+        self.stop()
+        raise RuntimeError("TFF worker did not become ready in "
+                           f"{_STARTUP_TIMEOUT_SECONDS:.0f} s")
+      time.sleep(0.1)
+    return stub
+
+  def stop(self) -> None:
+    """Stops the worker (idempotent)."""
+    process, self._process = self._process, None
+    if process is None or process.poll() is not None:
+      return
+    process.send_signal(signal.SIGINT)
+    try:
+      process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+
+
+def set_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:
+  """Starts a worker and makes it TFF's default execution context."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  worker = LocalWorker(log_path)
+  stub = worker.start()
+
+  def executor_stack(cardinalities):
+    executor = tff.framework.RemoteExecutor(stub)
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  context = tff.framework.SyncExecutionContext(
+      executor_fn=tff.framework.ResourceManagingExecutorFactory(executor_stack),
+      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+      transform_args=tff.tensorflow.transform_args,
+      transform_result=tff.tensorflow.transform_result)
+  tff.framework.set_default_context(context)
+  return worker
+
+
+@contextlib.contextmanager
+def local_execution_context(log_path: Optional[str] = None) -> Iterator[LocalWorker]:
+  """`set_local_execution_context` for a block; the worker stops on exit."""
+  worker = set_local_execution_context(log_path)
+  try:
+    yield worker
+  finally:
+    worker.stop()

@@ -1,0 +1,1 @@
+"""Datasets turned into the non-IID, per-user client data of federated retrieval."""

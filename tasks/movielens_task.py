@@ -1,0 +1,140 @@
+"""The MovieLens next-item task: ratings log -> examples -> federated and centralized splits."""
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Dict, Optional, Tuple
+
+import pandas as pd
+
+from tasks import ratings_io
+from tasks import sequence_examples
+from tasks import synthetic_movielens
+from tasks.sequence_examples import Examples
+
+DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "fed_retrieval")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+  """Where the ratings come from and how they become examples and splits."""
+  ratings_path: Optional[str] = None
+  synthetic: Optional[str] = None
+  max_context_length: int = 10
+  min_timeline_length: int = 3
+  max_examples_per_user: Optional[int] = None
+  user_split: Tuple[float, ...] = (0.8, 0.1, 0.1)
+  example_split: Tuple[float, ...] = (0.9, 0.1)
+  shuffle_across_users: bool = False
+  vocabulary_size: Optional[int] = None
+  seed: int = 0
+  cache_dir: str = DEFAULT_CACHE_DIR
+
+  def __post_init__(self):
+    if (self.ratings_path is None) == (self.synthetic is None):
+      raise ValueError("Give exactly one of --ratings_path and --synthetic")
+    sequence_examples.check_fractions(self.user_split, "user_split")
+    if len(self.user_split) != 3:
+      raise ValueError("--user_split takes 3 fractions (train,val,test), got "
+                       f"{list(self.user_split)}")
+    sequence_examples.check_fractions(self.example_split, "example_split")
+    if len(self.example_split) != 2:
+      raise ValueError("--example_split takes 2 fractions (train,test), got "
+                       f"{list(self.example_split)}")
+
+  def describe(self) -> Dict[str, object]:
+    """The settings that determine the data (for run directories and logs)."""
+    described = dataclasses.asdict(self)
+    del described["cache_dir"]
+    return described
+
+
+@dataclasses.dataclass(frozen=True)
+class MovieLensTask:
+  """Examples of one ratings log: by user (federated) and by example (centralized)."""
+  config: TaskConfig
+  vocabulary_size: int
+  num_ratings: int
+  federated_train: Examples
+  federated_val: Examples
+  federated_test: Examples
+  centralized_train: Examples
+  centralized_test: Examples
+
+  def split(self, name: str) -> Examples:
+    splits = {"train": self.federated_train, "val": self.federated_val,
+              "test": self.federated_test,
+              "centralized_train": self.centralized_train,
+              "centralized_test": self.centralized_test}
+    if name not in splits:
+      raise ValueError(f"--split: unknown split '{name}'; choose one of "
+                       f"{sorted(splits)}")
+    return splits[name]
+
+  def statistics(self) -> Dict[str, object]:
+    """Users and examples per split, the vocabulary size and totals."""
+    splits = {
+        "federated_train": self.federated_train,
+        "federated_val": self.federated_val,
+        "federated_test": self.federated_test,
+        "centralized_train": self.centralized_train,
+        "centralized_test": self.centralized_test,
+    }
+    all_examples = len(self.federated_train) + len(self.federated_val) + len(
+        self.federated_test)
+    return {
+        "source": self.config.ratings_path or f"synthetic:{self.config.synthetic}",
+        "vocabulary_size": self.vocabulary_size,
+        "total_ratings": self.num_ratings,
+        "total_users": self.federated_train.num_users +
+                       self.federated_val.num_users +
+                       self.federated_test.num_users,
+        "total_examples": all_examples,
+        "splits": {name: {"users": examples.num_users, "examples": len(examples)}
+                   for name, examples in splits.items()},
+    }
+
+
+def synthetic_ratings_path(preset_name: str, cache_dir: str) -> str:
+  """Writes (once) the synthetic preset as `ratings.dat` and returns its path."""
+  preset = synthetic_movielens.preset(preset_name)
+  digest = hashlib.sha256(json.dumps(dataclasses.asdict(preset),
+                                     sort_keys=True).encode()).hexdigest()[:12]
+  directory = os.path.join(cache_dir, f"synthetic_{preset_name}_{digest}")
+  path = os.path.join(directory, "ratings.dat")
+  if not os.path.isfile(path):
+    os.makedirs(directory, exist_ok=True)
+    ratings, _ = synthetic_movielens.generate(preset)
+    ratings_io.write_ratings_dat(ratings, path)
+  return path
+
+
+def load_ratings(config: TaskConfig) -> pd.DataFrame:
+  path = config.ratings_path or synthetic_ratings_path(config.synthetic,
+                                                       config.cache_dir)
+  return ratings_io.read_ratings(path)
+
+
+def build_task(config: TaskConfig) -> MovieLensTask:
+  """Reads the ratings and builds every split of the task."""
+  ratings = load_ratings(config)
+  data_vocabulary = sequence_examples.vocabulary_size(ratings)
+  vocabulary_size = config.vocabulary_size or data_vocabulary
+  if vocabulary_size < data_vocabulary:
+    raise ValueError(f"--vocabulary_size={vocabulary_size} is smaller than the "
+                     f"data's largest item id + 1 ({data_vocabulary})")
+  examples = sequence_examples.sliding_window_examples(
+      ratings, config.max_context_length, config.min_timeline_length,
+      config.max_examples_per_user)
+  if not len(examples):
+    raise ValueError(f"No user has --min_timeline_length={config.min_timeline_length}"
+                     " ratings: no examples")
+  train, val, test = sequence_examples.split_by_user(
+      examples, config.user_split, config.seed)
+  if config.shuffle_across_users:
+    train = sequence_examples.shuffle_across_users(train, config.seed)
+  centralized_train, centralized_test = sequence_examples.split_by_example(
+      examples, config.example_split, config.seed)
+  return MovieLensTask(config, vocabulary_size, len(ratings), train, val, test,
+                       centralized_train, centralized_test)

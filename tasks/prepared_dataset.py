@@ -1,0 +1,68 @@
+"""Writes a task's centralized examples as TFRecord files plus `stats.json`.
+
+The output directory appears whole or not at all: everything is written to a
+temporary sibling directory that is renamed at the end.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from tasks.movielens_task import MovieLensTask
+from tasks.sequence_examples import Examples
+
+FEATURE_SPEC = {
+    "user_id": tf.io.FixedLenFeature([], tf.int64),
+    "context": None,  # Set by `feature_spec` from the context length.
+    "label": tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+def feature_spec(max_context_length: int) -> dict:
+  """The `tf.io.parse_example` spec of the written records."""
+  spec = dict(FEATURE_SPEC)
+  spec["context"] = tf.io.FixedLenFeature([max_context_length], tf.int64)
+  return spec
+
+
+def _int64_feature(values) -> tf.train.Feature:
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def write_tfrecord(examples: Examples, path: str) -> None:
+  with tf.io.TFRecordWriter(path) as writer:
+    for user, context, label in zip(examples.user_ids, examples.contexts,
+                                    examples.labels):
+      record = tf.train.Example(features=tf.train.Features(feature={
+          "user_id": _int64_feature([user]),
+          "context": _int64_feature(context),
+          "label": _int64_feature([label]),
+      }))
+      writer.write(record.SerializeToString())
+
+
+def write_prepared_dataset(task: MovieLensTask, output_dir: str) -> dict:
+  """Writes train.tfrecord, test.tfrecord and stats.json; returns the stats."""
+  output_dir = os.path.abspath(output_dir)
+  parent = os.path.dirname(output_dir)
+  os.makedirs(parent, exist_ok=True)
+  if os.path.exists(output_dir) and os.listdir(output_dir):
+    raise ValueError(f"--output_dir={output_dir} exists and is not empty")
+  staging = tempfile.mkdtemp(prefix=".prepare-", dir=parent)
+  try:
+    write_tfrecord(task.centralized_train, os.path.join(staging, "train.tfrecord"))
+    write_tfrecord(task.centralized_test, os.path.join(staging, "test.tfrecord"))
+    stats = task.statistics()
+    stats["config"] = task.config.describe()
+    with open(os.path.join(staging, "stats.json"), "w") as f:
+      json.dump(stats, f, indent=2)
+    if os.path.exists(output_dir):
+      os.rmdir(output_dir)
+    os.replace(staging, output_dir)
+  except BaseException:
+    shutil.rmtree(staging, ignore_errors=True)
+    raise
+  return stats
