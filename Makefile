@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test benchmark clean
+.PHONY: demo test benchmark bazel clean
 
 $(STAMP): requirements.txt requirements-tff.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,9 +20,16 @@ $(STAMP): requirements.txt requirements-tff.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m scripts.compare --synthetic=ml1m --output_dir=runs/demo
+	$(PY) -m scripts.prepare_movielens --synthetic=ml1m --output_dir=runs/demo_data_$$$$
 
-test: $(STAMP)
+# Bazel only checks the BUILD graph (`bazel query`); Debian's bazel-bootstrap is
+# installed when missing and we are root (as in CI).
+bazel:
+	@command -v bazel >/dev/null || [ "$$(id -u)" != 0 ] || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	   apt-get install -y -qq --no-install-recommends bazel-bootstrap >/dev/null)
+
+test: $(STAMP) bazel
 	$(PY) -m pytest -n $(PYTEST_WORKERS) tests
 
 benchmark: $(STAMP)

@@ -1,0 +1,60 @@
+"""scripts/prepare_movielens.py end to end, and its bad-input behaviour."""
+
+import json
+import os
+import subprocess
+import sys
+
+import tensorflow as tf
+
+from tasks import prepared_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_script(*args):
+  return subprocess.run([sys.executable, "-m", "scripts.prepare_movielens", *args],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def count_records(path, context_length):
+  dataset = tf.data.TFRecordDataset(path).map(
+      lambda r: tf.io.parse_single_example(r, prepared_dataset.feature_spec(context_length)))
+  return sum(1 for _ in dataset)
+
+
+def test_writes_tfrecords_and_stats(tmp_path):
+  output_dir = os.path.join(tmp_path, "prepared")
+  result = run_script("--synthetic=small", f"--output_dir={output_dir}",
+                      f"--cache_dir={tmp_path}", "--max_context_length=5")
+  assert result.returncode == 0, result.stderr
+  with open(os.path.join(output_dir, "stats.json")) as f:
+    stats = json.load(f)
+  splits = stats["splits"]
+  assert stats["vocabulary_size"] == 401
+  assert splits["federated_train"]["users"] == 240
+  assert splits["federated_val"]["users"] == splits["federated_test"]["users"] == 30
+  assert stats["total_examples"] == stats["total_ratings"] - stats["total_users"]
+  assert count_records(os.path.join(output_dir, "train.tfrecord"), 5) == \
+      splits["centralized_train"]["examples"]
+  assert count_records(os.path.join(output_dir, "test.tfrecord"), 5) == \
+      splits["centralized_test"]["examples"]
+
+
+def test_malformed_file_fails_cleanly_without_output(tmp_path):
+  ratings = os.path.join(tmp_path, "ratings.dat")
+  with open(ratings, "w") as f:
+    f.write("1::2::3::4\n1::3::3::5\n1::4::3\n")
+  output_dir = os.path.join(tmp_path, "out")
+  result = run_script(f"--ratings_path={ratings}", f"--output_dir={output_dir}")
+  assert result.returncode == 2
+  assert f"error: {ratings}:3: expected 4 fields" in result.stderr
+  assert os.listdir(tmp_path) == ["ratings.dat"]
+
+
+def test_bad_split_flag_is_named(tmp_path):
+  result = run_script("--synthetic=small", f"--output_dir={tmp_path}/out",
+                      "--example_split=0.9,0.2", f"--cache_dir={tmp_path}")
+  assert result.returncode == 2
+  assert "--example_split: fractions must add up to 1" in result.stderr
+  assert not os.path.exists(os.path.join(tmp_path, "out"))

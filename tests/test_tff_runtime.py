@@ -1,0 +1,80 @@
+"""The TFF worker never outlives its program and is unreachable from outside."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Starts a worker, runs one computation, prints the worker's pid, then waits.
+PROGRAM = """
+import sys, time
+from fed_retrieval import cli
+from fed_retrieval import tff_runtime
+import numpy as np
+import tensorflow_federated as tff
+worker = tff_runtime.set_local_execution_context()
+@tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+def mean(x):
+  return tff.federated_mean(x)
+assert abs(mean([1.0, 2.0, 6.0]) - 3.0) < 1e-6
+print(worker.pid, flush=True)
+if sys.argv[1] == "wait":
+  time.sleep(600)
+"""
+
+
+def alive(pid: int) -> bool:
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().split()[2] != "Z"
+  except FileNotFoundError:
+    return False
+
+
+def wait_gone(pid: int, seconds: float = 20.0) -> bool:
+  deadline = time.monotonic() + seconds
+  while time.monotonic() < deadline:
+    if not alive(pid):
+      return True
+    time.sleep(0.1)
+  return False
+
+
+@pytest.mark.parametrize("ending", ["exit", "sigkill", "sigint"])
+def test_worker_dies_with_its_program(ending):
+  process = subprocess.Popen([sys.executable, "-c", PROGRAM,
+                              "exit" if ending == "exit" else "wait"],
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  try:
+    worker_pid = int(process.stdout.readline())
+    assert alive(worker_pid)
+    if ending == "sigkill":
+      process.kill()
+    elif ending == "sigint":
+      process.send_signal(signal.SIGINT)
+    # The pipe closes only once no process holds it: the worker must not.
+    assert process.stdout.read() == ""
+    process.wait(timeout=60)
+    assert wait_gone(worker_pid), f"worker {worker_pid} outlived its program"
+  finally:
+    process.kill()
+    process.wait()
+
+
+def test_session_worker_computes_and_network_is_loopback_only(tff_context):
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def total(x):
+    return tff.federated_sum(x)
+
+  assert total([1, 2, 3]) == 6
+  assert alive(tff_context.pid)
+  assert [name for _, name in socket.if_nameindex()] == ["lo"]
