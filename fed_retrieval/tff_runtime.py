@@ -19,11 +19,13 @@ import atexit
 import contextlib
 import ctypes
 import fcntl
+import gc
 import os
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 from typing import Iterator, Optional
 
@@ -82,6 +84,24 @@ def isolate_network() -> bool:
   logging.warning("Could not isolate the network (%s); the TFF worker will "
                   "listen on all interfaces.", os.strerror(ctypes.get_errno()))
   return False
+
+
+def _release_tff_default_context() -> None:
+  """Drops TFF's import-time default context while modules are still alive.
+
+  Its worker manager only cleans up in `__del__`, which otherwise runs during
+  interpreter teardown and fails noisily.
+  """
+  if "tensorflow_federated" not in sys.modules:
+    return
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import runtime_error_context  # pylint: disable=g-import-not-at-top
+  context_stack_impl.context_stack.set_default_context(
+      runtime_error_context.RuntimeErrorContext())
+  gc.collect()
+
+
+atexit.register(_release_tff_default_context)
 
 
 def worker_binary_path() -> str:

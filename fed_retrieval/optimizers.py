@@ -1,0 +1,45 @@
+"""Optimizers by name, for Keras (centralized) and TFF (client and server)."""
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+OPTIMIZER_NAMES = ("sgd", "sgdm", "adam", "adagrad", "yogi")
+SGDM_MOMENTUM = 0.9
+
+
+def _check(name: str, learning_rate: float, flag: str) -> None:
+  if name not in OPTIMIZER_NAMES:
+    raise ValueError(f"--{flag}: unknown optimizer '{name}'; choose one of "
+                     f"{', '.join(OPTIMIZER_NAMES)}")
+  if not learning_rate > 0:
+    raise ValueError(f"--{flag.replace('optimizer', 'learning_rate')} must be > 0, "
+                     f"got {learning_rate}")
+
+
+def keras_optimizer(name: str, learning_rate: float,
+                    flag: str = "optimizer") -> tf.keras.optimizers.Optimizer:
+  _check(name, learning_rate, flag)
+  if name == "sgd":
+    return tf.keras.optimizers.SGD(learning_rate)
+  if name == "sgdm":
+    return tf.keras.optimizers.SGD(learning_rate, momentum=SGDM_MOMENTUM)
+  if name == "adam":
+    return tf.keras.optimizers.Adam(learning_rate)
+  if name == "adagrad":
+    return tf.keras.optimizers.Adagrad(learning_rate)
+  raise ValueError(f"--{flag}=yogi exists only for federated training "
+                   "(tff.learning.optimizers); Keras 2.14 has no Yogi")
+
+
+def tff_optimizer(name: str, learning_rate: float,
+                  flag: str) -> tff.learning.optimizers.Optimizer:
+  _check(name, learning_rate, flag)
+  builders = {
+      "sgd": lambda: tff.learning.optimizers.build_sgdm(learning_rate),
+      "sgdm": lambda: tff.learning.optimizers.build_sgdm(learning_rate,
+                                                         momentum=SGDM_MOMENTUM),
+      "adam": lambda: tff.learning.optimizers.build_adam(learning_rate),
+      "adagrad": lambda: tff.learning.optimizers.build_adagrad(learning_rate),
+      "yogi": lambda: tff.learning.optimizers.build_yogi(learning_rate),
+  }
+  return builders[name]()

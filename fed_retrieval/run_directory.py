@@ -1,0 +1,58 @@
+"""A run's output directory: one configuration per directory, written once.
+
+Re-running the same command resumes; a different configuration in an existing
+directory is refused with the settings that differ.
+"""
+
+import json
+import os
+from typing import Any, Dict
+
+RUN_CONFIG = "run_config.json"
+
+
+def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:
+  return json.loads(json.dumps(config, sort_keys=True))
+
+
+def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> bool:
+  """Creates or re-opens `output_dir` for `config`; True when resuming."""
+  config = _normalized(config)
+  path = os.path.join(output_dir, RUN_CONFIG)
+  if os.path.isfile(path):
+    with open(path) as f:
+      existing = json.load(f)
+    if existing != config:
+      keys = sorted(set(existing) | set(config))
+      differing = [f"{k}: {existing.get(k)!r} -> {config.get(k)!r}"
+                   for k in keys if existing.get(k) != config.get(k)]
+      raise ValueError(
+          f"--output_dir={output_dir} holds a run with another configuration "
+          f"({'; '.join(differing)}); use a new --output_dir or the same flags")
+    return True
+  os.makedirs(output_dir, exist_ok=True)
+  temporary = path + ".tmp"
+  with open(temporary, "w") as f:
+    json.dump(config, f, indent=2, sort_keys=True)
+  os.replace(temporary, path)
+  return False
+
+
+def read_run_config(output_dir: str) -> Dict[str, Any]:
+  path = os.path.join(output_dir, RUN_CONFIG)
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"{output_dir}: not a run directory (no {RUN_CONFIG})")
+  return read_json(path)
+
+
+def read_json(path: str) -> Dict[str, Any]:
+  with open(path) as f:
+    return json.load(f)
+
+
+def write_json(path: str, value: Dict[str, Any]) -> None:
+  """Writes JSON atomically."""
+  temporary = path + ".tmp"
+  with open(temporary, "w") as f:
+    json.dump(value, f, indent=2, sort_keys=True)
+  os.replace(temporary, path)

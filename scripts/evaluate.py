@@ -1,0 +1,49 @@
+"""Recall@k over the full vocabulary from an exported model alone.
+
+  python -m scripts.evaluate --model_dir=runs/central_small/export \
+      --synthetic=small --split=centralized_test --k=1,5,10
+Prints (and with --output writes) the same keys as a run's results.json.
+"""
+
+import json
+
+from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from absl import flags
+
+from fed_retrieval import evaluation
+from fed_retrieval import export
+from fed_retrieval import model_flags
+from fed_retrieval import run_directory
+from tasks import movielens_task
+from tasks import task_flags
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "An export directory.")
+_SPLIT = flags.DEFINE_string(
+    "split", "test", "train, val, test (by user) or centralized_train, "
+    "centralized_test (by example).")
+_OUTPUT = flags.DEFINE_string("output", None, "Also write the results here (JSON).")
+flags.mark_flag_as_required("model_dir")
+
+
+def main(argv) -> None:
+  del argv
+  task = movielens_task.build_task(task_flags.task_config_from_flags())
+  exported = export.load_export(_MODEL_DIR.value, task.vocabulary_size)
+  ks = model_flags.ks_from_flag()
+  if max(ks) >= task.vocabulary_size:
+    raise ValueError(f"--k={max(ks)} exceeds the {task.vocabulary_size - 1} items")
+  if exported.config.max_context_length != task.config.max_context_length:
+    raise ValueError(
+        f"--max_context_length={task.config.max_context_length}, but "
+        f"--model_dir was exported for {exported.config.max_context_length}")
+  results = {"model_dir": _MODEL_DIR.value, "split": _SPLIT.value,
+             _SPLIT.value: evaluation.evaluate(
+                 exported.scores, task.split(_SPLIT.value), ks,
+                 model_flags.BATCH_SIZE.value)}
+  if _OUTPUT.value:
+    run_directory.write_json(_OUTPUT.value, results)
+  print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,37 @@
+"""Exports a training run's checkpoint: query tower, item embeddings, top-k index.
+
+  python -m scripts.export --run_dir=runs/central_small --export_dir=/tmp/export --k=10
+"""
+
+import json
+import os
+
+from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from absl import flags
+
+from fed_retrieval import dual_encoder
+from fed_retrieval import export
+from fed_retrieval import run_directory
+from fed_retrieval.centralized_training import CHECKPOINT
+
+_RUN_DIR = flags.DEFINE_string("run_dir", None, "Output directory of a training run.")
+_EXPORT_DIR = flags.DEFINE_string("export_dir", None, "Where to write the export.")
+_K = flags.DEFINE_integer("k", 10, "Items the top-k index returns.")
+flags.mark_flags_as_required(["run_dir", "export_dir"])
+
+
+def main(argv) -> None:
+  del argv
+  run_config = run_directory.read_run_config(_RUN_DIR.value)
+  checkpoint = os.path.join(_RUN_DIR.value, CHECKPOINT)
+  if not os.path.isfile(checkpoint + ".index"):
+    raise cli.UserError(f"--run_dir={_RUN_DIR.value}: no final checkpoint "
+                        f"({CHECKPOINT}); has the run finished?")
+  config = dual_encoder.DualEncoderConfig.from_json(json.dumps(run_config["model"]))
+  model = dual_encoder.build_dual_encoder(config)
+  model.load_weights(checkpoint).expect_partial()
+  print(export.export_model(model, config, _EXPORT_DIR.value, _K.value))
+
+
+if __name__ == "__main__":
+  cli.run(main)

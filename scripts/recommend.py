@@ -1,0 +1,64 @@
+"""Top-k recommendations for a viewing history, from an exported model.
+
+  python -m scripts.recommend --model_dir=runs/central_small/export \
+      --history=12,7,31 [--movies_path=ml-1m/movies.dat] [--k=10]
+--history lists movie ids in the order watched (most recent last); movies in
+the history are not recommended again unless --include_history.
+"""
+
+from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from absl import flags
+
+import numpy as np
+import tensorflow as tf
+
+from fed_retrieval import export
+from tasks import movies_io
+
+_MODEL_DIR = flags.DEFINE_string("model_dir", None, "An export directory.")
+_HISTORY = flags.DEFINE_list("history", None, "Movie ids watched, most recent last.")
+_MOVIES_PATH = flags.DEFINE_string("movies_path", None,
+                                   "movies.dat or movies.csv, for titles.")
+_K = flags.DEFINE_integer("k", 10, "Number of recommendations.")
+_INCLUDE_HISTORY = flags.DEFINE_bool("include_history", False,
+                                     "Also recommend movies already watched.")
+flags.mark_flags_as_required(["model_dir", "history"])
+
+
+def recommend(exported: export.RetrievalExport, history, k: int,
+              include_history: bool = False):
+  """[(item id, score)] best first for a history (most recent last)."""
+  vocabulary_size = exported.config.vocabulary_size
+  length = exported.config.max_context_length
+  for item in history:
+    if not 1 <= item < vocabulary_size:
+      raise ValueError(f"--history: movie id {item} is outside the model's "
+                       f"vocabulary [1, {vocabulary_size - 1}]")
+  if not 1 <= k < vocabulary_size:
+    raise ValueError(f"--k={k} must lie in [1, {vocabulary_size - 1}]")
+  recent_first = list(reversed(history))[:length]
+  context = np.zeros([1, length], np.int32)
+  context[0, :len(recent_first)] = recent_first
+  scores = exported.scores(tf.constant(context)).numpy()[0]
+  if not include_history:
+    scores[list(history)] = -np.inf
+  top = np.argsort(-scores, kind="stable")[:k]
+  return [(int(item), float(scores[item])) for item in top]
+
+
+def main(argv) -> None:
+  del argv
+  try:
+    history = [int(item) for item in _HISTORY.value]
+  except ValueError as e:
+    raise ValueError(f"--history: {e}") from e
+  exported = export.load_export(_MODEL_DIR.value)
+  titles = (movies_io.read_movie_titles(_MOVIES_PATH.value)
+            if _MOVIES_PATH.value else {})
+  for rank, (item, score) in enumerate(
+      recommend(exported, history, _K.value, _INCLUDE_HISTORY.value), start=1):
+    print(f"{rank:3d}. {item:6d}  {score:+.4f}  {titles.get(item, '')}".rstrip())
+
+
+if __name__ == "__main__":
+  cli.run(main)

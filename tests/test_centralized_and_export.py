@@ -1,0 +1,115 @@
+"""Centralized training on the small preset, resume, export round trip, evaluate job."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fed_retrieval import centralized_training
+from fed_retrieval import export
+from tasks import movielens_task
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def small_task(tmp_path_factory):
+  return movielens_task.build_task(movielens_task.TaskConfig(
+      synthetic="small", cache_dir=str(tmp_path_factory.mktemp("cache"))))
+
+
+@pytest.fixture(scope="module")
+def trained_run(small_task, tmp_path_factory):
+  output_dir = str(tmp_path_factory.mktemp("central"))
+  config = centralized_training.CentralizedConfig(loss="hinge_spreadout", epochs=3,
+                                                  split="user")
+  results = centralized_training.train_centralized(small_task, config, output_dir,
+                                                   verbose=0)
+  return output_dir, config, results
+
+
+def test_training_lowers_the_loss_and_beats_popularity(trained_run):
+  output_dir, _, results = trained_run
+  with open(os.path.join(output_dir, "metrics.csv")) as f:
+    losses = [float(row["loss"]) for row in csv.DictReader(f)]
+  assert len(losses) == 3 and losses[-1] < 0.9 * losses[0]
+  test = results["test"]
+  popular = results["most_popular_baseline"]
+  assert test["global_recall@10"] > 2 * popular["global_recall@10"]
+  assert test["global_recall@1"] <= test["global_recall@5"] <= test["global_recall@10"]
+  assert results["setting"] == "centralized" and results["loss"] == "hinge_spreadout"
+  assert set(test) == {"global_recall@1", "global_recall@5", "global_recall@10",
+                       "batch_recall@1", "batch_recall@5", "batch_recall@10",
+                       "global_mean_rank"}
+
+
+def test_finished_run_resumes_to_its_results_and_refuses_other_configs(
+    small_task, trained_run):
+  output_dir, config, results = trained_run
+  again = centralized_training.train_centralized(small_task, config, output_dir)
+  assert again == results
+  other = centralized_training.CentralizedConfig(loss="global_softmax", epochs=3,
+                                                 split="user")
+  with pytest.raises(ValueError, match="another configuration.*loss"):
+    centralized_training.train_centralized(small_task, other, output_dir)
+
+
+def test_export_round_trip(small_task, trained_run):
+  output_dir, _, _ = trained_run
+  exported = export.load_export(os.path.join(output_dir, "export"),
+                                small_task.vocabulary_size)
+  contexts = tf.constant(small_task.federated_test.contexts[:32])
+  scores = exported.scores(contexts).numpy()
+  index_scores, index_ids = exported.load_index()(contexts)
+  np.testing.assert_array_equal(index_ids.numpy(), np.argsort(-scores, axis=1)[:, :10])
+  np.testing.assert_allclose(index_scores.numpy(), -np.sort(-scores, axis=1)[:, :10],
+                             rtol=1e-5)
+  with pytest.raises(ValueError, match="vocabulary of 401 items, but the data has 500"):
+    export.load_export(os.path.join(output_dir, "export"), 500)
+  with pytest.raises(FileNotFoundError, match="no such export directory"):
+    export.load_export(os.path.join(output_dir, "missing"))
+
+
+def run_script(name, *args):
+  return subprocess.run([sys.executable, "-m", f"scripts.{name}", *args], cwd=ROOT,
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_evaluate_job_agrees_with_training(trained_run, tmp_path):
+  output_dir, _, results = trained_run
+  cache = os.path.join(tmp_path, "cache")
+  reexport = os.path.join(tmp_path, "reexported")
+  exported = run_script("export", f"--run_dir={output_dir}", f"--export_dir={reexport}")
+  assert exported.returncode == 0, exported.stderr
+  evaluated = run_script("evaluate", f"--model_dir={reexport}", "--synthetic=small",
+                         f"--cache_dir={cache}", "--split=test",
+                         f"--output={tmp_path}/eval.json")
+  assert evaluated.returncode == 0, evaluated.stderr
+  with open(os.path.join(tmp_path, "eval.json")) as f:
+    numbers = json.load(f)["test"]
+  for key, value in results["test"].items():
+    assert numbers[key] == pytest.approx(value, abs=1e-6), (key, numbers, results)
+  recommended = run_script("recommend", f"--model_dir={reexport}", "--history=5,9,17",
+                           "--k=3")
+  assert recommended.returncode == 0, recommended.stderr
+  lines = recommended.stdout.strip().splitlines()
+  assert [line.split()[0] for line in lines] == ["1.", "2.", "3."]
+  assert not {5, 9, 17} & {int(line.split()[1]) for line in lines}
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("evaluate", ["--model_dir=/nonexistent", "--synthetic=small"],
+     "--model_dir=/nonexistent: no such export directory"),
+    ("train_centralized", ["--synthetic=small", "--output_dir=/tmp/x", "--loss=softmax"],
+     "--loss"),
+    ("recommend", ["--model_dir=/nonexistent", "--history=1"], "no such export"),
+])
+def test_scripts_reject_bad_input_by_name(script, args, message):
+  result = run_script(script, *args)
+  assert result.returncode != 0
+  assert message in result.stderr

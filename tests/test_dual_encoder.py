@@ -1,0 +1,55 @@
+"""The dual encoder's towers, shared table, masking and scores."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fed_retrieval import dual_encoder
+
+
+def test_scores_are_cosines_of_masked_mean_contexts_against_items():
+  config = dual_encoder.DualEncoderConfig(vocabulary_size=12, max_context_length=3,
+                                          embedding_dim=4)
+  model = dual_encoder.build_dual_encoder(config, seed=0)
+  table = model.get_layer("query_tower").get_layer("item_embeddings").get_weights()[0]
+  contexts = np.array([[3, 5, 0], [7, 0, 0]], np.int32)
+  scores = model(contexts).numpy()
+  assert scores.shape == (2, 12)
+  unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
+  queries = unit(np.stack([table[[3, 5]].mean(0), table[7]]))
+  expected = queries @ unit(table[1:]).T
+  np.testing.assert_allclose(scores[:, 1:], expected, rtol=1e-5, atol=1e-6)
+  assert np.all(scores[:, 0] == dual_encoder.PADDING_SCORE)
+  # One table for both towers: a one-item context scores its own item at 1.
+  assert scores[1, 7] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_hidden_layers_and_tower_shapes():
+  config = dual_encoder.DualEncoderConfig(vocabulary_size=20, max_context_length=5,
+                                          embedding_dim=8, context_hidden_dims=(32, 6),
+                                          item_hidden_dims=(6,), normalize=False)
+  model = dual_encoder.build_dual_encoder(config, seed=1)
+  contexts = np.array([[1, 2, 3, 0, 0]], np.int32)
+  assert dual_encoder.query_tower(model)(contexts).shape == (1, 6)
+  assert dual_encoder.item_embeddings(model).shape == (20, 6)
+  np.testing.assert_allclose(
+      model(contexts).numpy()[0, 1:],
+      (dual_encoder.query_tower(model)(contexts).numpy() @
+       dual_encoder.item_embeddings(model).numpy().T)[0, 1:], rtol=1e-5)
+
+
+def test_spreadout_is_a_model_loss_only_when_weighted():
+  plain = dual_encoder.build_dual_encoder(
+      dual_encoder.DualEncoderConfig(vocabulary_size=10), seed=0)
+  spread = dual_encoder.build_dual_encoder(
+      dual_encoder.DualEncoderConfig(vocabulary_size=10, spreadout_weight=2.0), seed=0)
+  assert plain.losses == [] and len(spread.losses) == 1
+  assert spread.losses[0].numpy() > 0
+
+
+def test_config_json_round_trip_and_validation():
+  config = dual_encoder.DualEncoderConfig(vocabulary_size=30, context_hidden_dims=(8,),
+                                          item_hidden_dims=(8,))
+  assert dual_encoder.DualEncoderConfig.from_json(config.to_json()) == config
+  with pytest.raises(ValueError, match="output dimensions differ"):
+    dual_encoder.DualEncoderConfig(vocabulary_size=30, context_hidden_dims=(8,))
