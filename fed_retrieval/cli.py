@@ -11,10 +11,12 @@ from typing import Callable, Sequence
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app  # pylint: disable=g-import-not-at-top
+from absl import logging  # pylint: disable=g-import-not-at-top
 
 from fed_retrieval import tff_runtime  # pylint: disable=g-import-not-at-top
 
 tff_runtime.isolate_network()
+logging.set_verbosity(logging.WARNING)
 
 
 class UserError(Exception):

@@ -1,9 +1,9 @@
 """Offline evaluation of a scoring function over a whole split.
 
-The same Keras metric objects as in training (`recall_metrics`) are updated
-batch by batch, so offline, in-training and exported-model numbers agree. Batch
-recall is among the distinct positives of `batch_size` examples drawn in a
-seeded random order (across users), as in a centralized test batch.
+The rank definitions of `recall_metrics` (the same as the Keras metrics used in
+training) over a whole split, so offline, in-training and exported-model numbers
+agree. Batch recall is among the distinct positives of `batch_size` examples
+drawn in a seeded random order (across users), as in a centralized test batch.
 """
 
 from typing import Callable, Dict, Sequence
@@ -20,25 +20,41 @@ EVALUATION_SEED = 1234
 
 
 def evaluate(score_fn: ScoreFn, examples: Examples, ks: Sequence[int] = (1, 5, 10),
-             batch_size: int = 16, seed: int = EVALUATION_SEED) -> Dict[str, float]:
-  """{'global_recall@k', 'batch_recall@k', 'global_mean_rank'} over `examples`."""
+             batch_size: int = 16, seed: int = EVALUATION_SEED,
+             batches_per_chunk: int = 64) -> Dict[str, float]:
+  """{'global_recall@k', 'batch_recall@k', 'global_mean_rank'} over `examples`.
+
+  Scores `batches_per_chunk` batches at a time; batch recall is still computed
+  per batch of `batch_size` (see `recall_metrics.grouped_batch_ranks`).
+  """
   if not len(examples):
     raise ValueError("Cannot evaluate on an empty split")
-  metrics = recall_metrics.retrieval_metrics(ks)
   # A NumPy permutation, not tf.data's shuffle: the order must not depend on
   # TensorFlow's global seed, so every caller sees the same batches.
   order = np.random.default_rng(seed).permutation(len(examples))
-  dataset = client_data.centralized_dataset(examples.take(order), batch_size)
+  dataset = client_data.centralized_dataset(examples.take(order),
+                                            batch_size * batches_per_chunk)
 
   @tf.function
-  def update(contexts, labels):
+  def ranks(contexts, labels):
     scores = score_fn(contexts)
-    for metric in metrics:
-      metric.update_state(labels, scores)
+    return (recall_metrics.global_ranks(labels, scores),
+            recall_metrics.grouped_batch_ranks(labels, scores, batch_size))
 
+  global_ranks, batch_ranks = [], []
   for contexts, labels in dataset:
-    update(contexts, labels)
-  return {metric.name: float(metric.result().numpy()) for metric in metrics}
+    chunk_global, chunk_batch = ranks(contexts, labels)
+    global_ranks.append(chunk_global.numpy())
+    batch_ranks.append(chunk_batch.numpy())
+  global_ranks = np.concatenate(global_ranks)
+  batch_ranks = np.concatenate(batch_ranks)
+  results = {}
+  for k in ks:
+    results[f"global_recall@{k}"] = float(np.mean(global_ranks < k))
+  for k in ks:
+    results[f"batch_recall@{k}"] = float(np.mean(batch_ranks < k))
+  results["global_mean_rank"] = float(np.mean(global_ranks + 1))
+  return results
 
 
 def popularity_score_fn(train_examples: Examples, vocabulary_size: int) -> ScoreFn:

@@ -33,6 +33,27 @@ def batch_ranks(labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
   return tf.reduce_sum(tf.cast(at_least, tf.int32), axis=1) - 1
 
 
+def grouped_batch_ranks(labels: tf.Tensor, scores: tf.Tensor,
+                        group_size: int) -> tf.Tensor:
+  """`batch_ranks` of every consecutive group of `group_size` rows at once.
+
+  Equal to calling `batch_ranks` on each group (the last one may be short), but
+  one [N, N] comparison instead of N / group_size small calls: evaluation
+  scores large chunks and still reports batch recall for batches of the
+  training size.
+  """
+  labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+  n = tf.size(labels)
+  group = tf.range(n) // group_size
+  same_group = tf.equal(group[:, None], group[None, :])
+  same_item = tf.equal(labels[:, None], labels[None, :])
+  earlier = tf.range(n)[:, None] < tf.range(n)[None, :]  # [j', j]: j' before j.
+  repeated = tf.reduce_any(same_group & same_item & earlier, axis=0)  # [j]
+  at_least = tf.gather(scores, labels, axis=1) >= _true_scores(labels, scores)
+  counted = at_least & same_group & tf.logical_not(repeated)[None, :]
+  return tf.reduce_sum(tf.cast(counted, tf.int32), axis=1) - 1
+
+
 RANK_FUNCTIONS = {"global": global_ranks, "batch": batch_ranks}
 
 
@@ -45,7 +66,7 @@ class RecallAtK(tf.keras.metrics.Mean):
       raise ValueError(f"candidates must be one of {sorted(RANK_FUNCTIONS)}")
     if k < 1:
       raise ValueError(f"k must be >= 1, got {k}")
-    super().__init__(name=name or f"{candidates}_recall@{k}", **kwargs)
+    super().__init__(name=name or f"{candidates}_recall_at_{k}", **kwargs)
     self.k = int(k)
     self.candidates = candidates
 
@@ -73,6 +94,11 @@ class MeanRank(tf.keras.metrics.Mean):
 
   def get_config(self) -> Dict[str, Any]:
     return {**super().get_config(), "candidates": self.candidates}
+
+
+def report_name(metric_name: str) -> str:
+  """'global_recall_at_10' -> 'global_recall@10' (TF scope names forbid '@')."""
+  return metric_name.replace("_recall_at_", "_recall@")
 
 
 def retrieval_metrics(ks=(1, 5, 10)) -> list:

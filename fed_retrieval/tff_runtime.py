@@ -131,6 +131,10 @@ class LocalWorker:
   def pid(self) -> Optional[int]:
     return self._process.pid if self._process else None
 
+  @property
+  def running(self) -> bool:
+    return self._process is not None and self._process.poll() is None
+
   def start(self) -> "tff.framework.RemoteExecutorGrpcStub":
     """Starts the worker and returns a stub once it answers."""
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -180,6 +184,9 @@ def set_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:
   stub = worker.start()
 
   def executor_stack(cardinalities):
+    # Server-only computations (e.g. `initialize`) carry no client count.
+    cardinalities = dict(cardinalities)
+    cardinalities.setdefault(tff.CLIENTS, 0)
     executor = tff.framework.RemoteExecutor(stub)
     executor.set_cardinalities(cardinalities)
     return executor
@@ -193,10 +200,21 @@ def set_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:
   return worker
 
 
+_shared_worker: Optional[LocalWorker] = None
+
+
+def ensure_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:
+  """The process-wide worker and context, started on first use (stopped at exit)."""
+  global _shared_worker
+  if _shared_worker is None or not _shared_worker.running:
+    _shared_worker = set_local_execution_context(log_path)
+  return _shared_worker
+
+
 @contextlib.contextmanager
 def local_execution_context(log_path: Optional[str] = None) -> Iterator[LocalWorker]:
-  """`set_local_execution_context` for a block; the worker stops on exit."""
-  worker = set_local_execution_context(log_path)
+  """The shared worker's context for a block; the worker stops on exit."""
+  worker = ensure_local_execution_context(log_path)
   try:
     yield worker
   finally:

@@ -33,13 +33,19 @@ def make_loss(base_name: str, temperature: float = 0.05,
                    f"{', '.join(LOSS_NAMES)}")
 
 
-def objective(name: str, spreadout_weight: Optional[float] = None,
-              temperature: float = 0.05, margin: float = 0.9) -> Objective:
-  """The named objective. `spreadout_weight` (default 1.0) is only for `*_spreadout`."""
+def base_loss_name(name: str) -> str:
+  """The loss part of an objective name ('hinge_spreadout' -> 'hinge')."""
   if name not in LOSS_NAMES:
     raise ValueError(f"--loss: unknown loss '{name}'; choose one of "
                      f"{', '.join(LOSS_NAMES)}")
-  uses_spreadout = name.endswith("_spreadout")
+  return name[:-len("_spreadout")] if name.endswith("_spreadout") else name
+
+
+def objective(name: str, spreadout_weight: Optional[float] = None,
+              temperature: float = 0.05, margin: float = 0.9) -> Objective:
+  """The named objective. `spreadout_weight` (default 1.0) is only for `*_spreadout`."""
+  base_name = base_loss_name(name)
+  uses_spreadout = base_name != name
   if spreadout_weight is not None:
     if spreadout_weight < 0:
       raise ValueError(f"--spreadout_weight must be >= 0, got {spreadout_weight}")
@@ -52,5 +58,4 @@ def objective(name: str, spreadout_weight: Optional[float] = None,
   weight = 0.0
   if uses_spreadout:
     weight = DEFAULT_SPREADOUT_WEIGHT if spreadout_weight is None else spreadout_weight
-  base_name = name[:-len("_spreadout")] if uses_spreadout else name
   return Objective(name, make_loss(base_name, temperature, margin), float(weight))

@@ -61,7 +61,7 @@ def test_keras_metrics_accumulate_over_batches():
     all_scores.append(scores)
     for metric in metrics:
       metric.update_state(labels, scores)
-  results = {m.name: m.result().numpy() for m in metrics}
+  results = {recall_metrics.report_name(m.name): m.result().numpy() for m in metrics}
   global_ranks = np.concatenate([reference(l, s, lambda _: range(1, 30))
                                  for l, s in zip(all_labels, all_scores)])
   batch_ranks = np.concatenate([reference(l, s, lambda b: b)
@@ -75,6 +75,17 @@ def test_keras_metrics_accumulate_over_batches():
 def test_metrics_rebuild_from_config():
   metric = recall_metrics.RecallAtK(5, "batch")
   rebuilt = recall_metrics.RecallAtK.from_config(metric.get_config())
-  assert (rebuilt.k, rebuilt.candidates, rebuilt.name) == (5, "batch", "batch_recall@5")
+  assert (rebuilt.k, rebuilt.candidates, rebuilt.name) == (5, "batch", "batch_recall_at_5")
   rank = recall_metrics.MeanRank.from_config(recall_metrics.MeanRank().get_config())
   assert rank.name == "global_mean_rank"
+
+
+@pytest.mark.parametrize("group_size", [1, 4, 5, 12])
+def test_grouped_batch_ranks_equal_per_batch_ranks(group_size):
+  labels, scores = random_case(7)
+  expected = np.concatenate([
+      recall_metrics.batch_ranks(labels[i:i + group_size],
+                                 scores[i:i + group_size]).numpy()
+      for i in range(0, len(labels), group_size)])
+  np.testing.assert_array_equal(
+      recall_metrics.grouped_batch_ranks(labels, scores, group_size).numpy(), expected)

@@ -1,0 +1,110 @@
+"""TFF learning processes (FedAvg, FedSGD) for the dual encoder.
+
+The processes are built with `tff.learning.algorithms` from the same Keras model
+and loss objects as centralized training. Both algorithms reject non-finite
+client updates: TFF's client work zeroes such an update and gives it weight 0,
+so it is not averaged in (see tests/test_federated_process.py).
+"""
+
+import dataclasses
+from typing import Callable, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fed_retrieval import dual_encoder
+from fed_retrieval import optimizers
+from fed_retrieval import recall_metrics
+from losses import registry
+
+ALGORITHMS = ("fedavg", "fedsgd")
+ModelFn = Callable[[], tff.learning.models.VariableModel]
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedConfig:
+  """How the federated model is trained (names follow the script flags)."""
+  loss: str = "global_softmax"
+  spreadout_weight: Optional[float] = None
+  temperature: float = 0.05
+  margin: float = 0.9
+  algorithm: str = "fedavg"
+  rounds: int = 100
+  clients_per_round: int = 100
+  local_epochs: int = 1
+  batch_size: int = 16
+  client_optimizer: str = "sgd"
+  client_learning_rate: float = 0.1
+  server_optimizer: str = "sgd"
+  server_learning_rate: float = 1.0
+  eval_every: int = 10
+  checkpoint_every: int = 10
+  seed: int = 0
+  ks: Tuple[int, ...] = (1, 5, 10)
+
+  def __post_init__(self):
+    if self.algorithm not in ALGORITHMS:
+      raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got "
+                       f"'{self.algorithm}'")
+    for name in ("rounds", "clients_per_round", "local_epochs", "batch_size",
+                 "eval_every", "checkpoint_every"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+
+
+def input_spec(max_context_length: int) -> Tuple[tf.TensorSpec, tf.TensorSpec]:
+  """The (context, label) batches every client dataset yields."""
+  return (tf.TensorSpec([None, max_context_length], tf.int32),
+          tf.TensorSpec([None], tf.int32))
+
+
+def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig, loss_name: str,
+                       temperature: float = 0.05, margin: float = 0.9,
+                       ks: Sequence[int] = (), seed: int = 0) -> ModelFn:
+  """A `model_fn` wrapping a fresh dual encoder, its loss and recall metrics.
+
+  Recall metrics on training batches (`ks`) cost seven rankings over the whole
+  vocabulary per step; the run loop leaves them out and evaluates the server
+  model on held-out users instead.
+  """
+
+  def model_fn() -> tff.learning.models.VariableModel:
+    return tff.learning.models.from_keras_model(
+        dual_encoder.build_dual_encoder(model_config, seed=seed),
+        loss=registry.make_loss(registry.base_loss_name(loss_name), temperature,
+                                margin),
+        input_spec=input_spec(model_config.max_context_length),
+        metrics=recall_metrics.retrieval_metrics(ks))
+
+  return model_fn
+
+
+def build_learning_process(model_fn: ModelFn, config: FederatedConfig
+                           ) -> tff.learning.templates.LearningProcess:
+  """FedAvg (weighted by examples) or FedSGD with the configured optimizers."""
+  server_optimizer = optimizers.tff_optimizer(
+      config.server_optimizer, config.server_learning_rate, "server_optimizer")
+  if config.algorithm == "fedsgd":
+    return tff.learning.algorithms.build_fed_sgd(
+        model_fn, server_optimizer_fn=server_optimizer)
+  client_optimizer = optimizers.tff_optimizer(
+      config.client_optimizer, config.client_learning_rate, "client_optimizer")
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn, client_optimizer_fn=client_optimizer,
+      server_optimizer_fn=server_optimizer)
+
+
+def assign_weights(process: tff.learning.templates.LearningProcess, state,
+                   keras_model: tf.keras.Model) -> None:
+  """Copies the server model into a Keras model, refusing mismatched shapes.
+
+  (`ModelWeights.assign_weights_to` zips silently.)
+  """
+  weights = process.get_model_weights(state)
+  expected = [tuple(v.shape) for v in keras_model.trainable_variables]
+  given = [tuple(np.shape(w)) for w in weights.trainable]
+  if expected != given:
+    raise ValueError(f"Server model weights {given} do not fit the Keras model "
+                     f"{expected}")
+  weights.assign_weights_to(keras_model)

@@ -1,0 +1,182 @@
+"""The federated run loop: sampling, rounds, evaluation, checkpoints, resume.
+
+The output directory holds `run_config.json`, `checkpoints/` (tff.program
+state, every `checkpoint_every` rounds and at round 0), `metrics.csv` and
+`tensorboard/` (per round: training loss and metrics; every `eval_every`
+rounds: recall of the server model on the validation users), `checkpoint/`
+(final Keras weights), `export/` and `results.json`.
+
+Resuming: everything random is a function of (seed, round), client sampling
+and client shuffles included, and the state is restored from the latest
+checkpoint, so re-running a killed command finishes with the same model as an
+uninterrupted run. Metrics rows after that checkpoint are replaced.
+"""
+
+import asyncio
+import csv
+import dataclasses
+import os
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+import tqdm
+
+from fed_retrieval import centralized_training
+from fed_retrieval import dual_encoder
+from fed_retrieval import evaluation
+from fed_retrieval import export
+from fed_retrieval import federated_process
+from fed_retrieval import recall_metrics
+from fed_retrieval import run_directory
+from fed_retrieval import tff_runtime
+from fed_retrieval.federated_process import FederatedConfig
+from losses import registry
+from tasks import client_data
+from tasks.movielens_task import MovieLensTask
+
+RESULTS = "results.json"
+
+
+def sample_clients(client_ids: Sequence[str], clients_per_round: int, seed: int,
+                   round_num: int) -> List[str]:
+  """The clients of one round: a function of (seed, round) only."""
+  rng = np.random.default_rng([seed, round_num])
+  count = min(clients_per_round, len(client_ids))
+  return [client_ids[i] for i in rng.choice(len(client_ids), count, replace=False)]
+
+
+def _client_seed(seed: int, round_num: int, index: int) -> int:
+  return int(np.random.SeedSequence([seed, round_num, index]).generate_state(1)[0])
+
+
+def round_datasets(data: tff.simulation.datasets.ClientData, clients: Sequence[str],
+                   config: FederatedConfig, round_num: int) -> List[tf.data.Dataset]:
+  return [client_data.batch_for_training(
+      data.create_tf_dataset_for_client(client), config.batch_size,
+      config.local_epochs, _client_seed(config.seed, round_num, i))
+          for i, client in enumerate(clients)]
+
+
+def _load_latest_state(manager: tff.program.FileProgramStateManager, structure):
+  """The newest readable checkpoint (a damaged newest one falls back to older)."""
+  versions = sorted(asyncio.run(manager.get_versions()) or [], reverse=True)
+  for version in versions:
+    try:
+      return asyncio.run(manager.load(version, structure)), version
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning("Checkpoint %d unreadable (%s); trying an older one.", version, e)
+  return None, 0
+
+
+def _examples_seen_through(metrics_path: str, round_num: int) -> int:
+  """Examples trained on through `round_num`, from the metrics rows."""
+  if round_num == 0:
+    return 0
+  with open(metrics_path) as f:
+    for row in csv.DictReader(f):
+      if int(row["round"]) == round_num:
+        return int(float(row["examples_seen"]))
+  raise ValueError(f"{metrics_path}: no row for checkpointed round {round_num}")
+
+
+def _training_metrics(output_metrics) -> Dict[str, float]:
+  train = output_metrics["client_work"]["train"]
+  return {f"train_{recall_metrics.report_name(name)}": float(value)
+          for name, value in train.items()}
+
+
+def setting_name(task: MovieLensTask) -> str:
+  return "federated_shuffled" if task.config.shuffle_across_users else "federated"
+
+
+def model_config_for(task: MovieLensTask, config: FederatedConfig,
+                     embedding_dim: int) -> dual_encoder.DualEncoderConfig:
+  objective = registry.objective(config.loss, config.spreadout_weight,
+                                 config.temperature, config.margin)
+  return centralized_training.model_config_for(task, objective, embedding_dim)
+
+
+def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: str,
+                    embedding_dim: int = 16,
+                    progress: Optional[bool] = None) -> Dict[str, Any]:
+  """Trains (or resumes, or returns the finished run's results) and exports."""
+  model_config = model_config_for(task, config, embedding_dim)
+  setting = setting_name(task)
+  run_config = {"setting": setting, "task": task.config.describe(),
+                "model": dataclasses.asdict(model_config),
+                "training": dataclasses.asdict(config)}
+  run_directory.claim_run_directory(output_dir, run_config)
+  results_path = os.path.join(output_dir, RESULTS)
+  if os.path.isfile(results_path):
+    return run_directory.read_json(results_path)
+
+  tff_runtime.ensure_local_execution_context()
+  train_data = client_data.client_data_from_examples(task.federated_train)
+  client_ids = sorted(train_data.client_ids, key=int)
+  process = federated_process.build_learning_process(
+      federated_process.retrieval_model_fn(
+          model_config, config.loss, config.temperature, config.margin,
+          seed=config.seed), config)
+  state_manager = tff.program.FileProgramStateManager(
+      os.path.join(output_dir, "checkpoints"), keep_total=3)
+  initial_state = process.initialize()
+  state, done_rounds = _load_latest_state(state_manager, initial_state)
+  if state is None:
+    state = initial_state
+    asyncio.run(state_manager.save(state, 0))
+  metrics_csv = tff.program.CSVFileReleaseManager(
+      os.path.join(output_dir, "metrics.csv"), key_fieldname="round")
+  tensorboard = tff.program.TensorBoardReleaseManager(
+      os.path.join(output_dir, "tensorboard"))
+  server_model = dual_encoder.build_dual_encoder(model_config)
+
+  def evaluate(examples) -> Dict[str, float]:
+    federated_process.assign_weights(process, state, server_model)
+    return evaluation.evaluate(server_model, examples, config.ks, config.batch_size)
+
+  if progress is None:
+    progress = sys.stderr.isatty()
+  bar = tqdm.tqdm(total=config.rounds, initial=done_rounds, disable=not progress,
+                  unit="round", desc=f"{setting} {config.loss}")
+  examples_seen = _examples_seen_through(os.path.join(output_dir, "metrics.csv"),
+                                         done_rounds)
+  latest_recall = None
+  for round_num in range(done_rounds + 1, config.rounds + 1):
+    clients = sample_clients(client_ids, config.clients_per_round, config.seed,
+                             round_num)
+    output = process.next(state, round_datasets(train_data, clients, config,
+                                                round_num))
+    state = output.state
+    row = _training_metrics(output.metrics)
+    examples_seen += int(row["train_num_examples"])
+    row["examples_seen"] = examples_seen
+    if round_num % config.eval_every == 0 or round_num == config.rounds:
+      row.update({f"val_{k}": v for k, v in evaluate(task.federated_val).items()})
+      latest_recall = row[f"val_global_recall@{max(config.ks)}"]
+    asyncio.run(metrics_csv.release(row, key=round_num))
+    asyncio.run(tensorboard.release(row, key=round_num))
+    if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
+      asyncio.run(state_manager.save(state, round_num))
+    bar.update(1)
+    bar.set_postfix(loss=f"{row['train_loss']:.4f}",
+                    recall=("-" if latest_recall is None else f"{latest_recall:.4f}"))
+  bar.close()
+
+  federated_process.assign_weights(process, state, server_model)
+  server_model.save_weights(os.path.join(output_dir, centralized_training.CHECKPOINT))
+  export.export_model(server_model, model_config, os.path.join(output_dir, "export"))
+  results = {
+      "setting": setting,
+      "loss": config.loss,
+      "algorithm": config.algorithm,
+      "rounds": config.rounds,
+      "clients_per_round": config.clients_per_round,
+      "examples_seen": examples_seen,
+      "test": evaluate(task.federated_test),
+  }
+  run_directory.write_json(results_path, results)
+  return results

@@ -1,0 +1,92 @@
+"""Training throughput of the federated simulation and of centralized Keras.
+
+Both sides train the same dual encoder with the same loss and batch size on the
+same training users' examples; the figures are examples per second of training
+after one warm-up (tracing, worker start-up) run.
+"""
+
+import math
+import os
+import resource
+import time
+from typing import Any, Dict
+
+import numpy as np
+import tensorflow as tf
+
+from fed_retrieval import dual_encoder
+from fed_retrieval import federated_process
+from fed_retrieval import federated_training
+from fed_retrieval import optimizers
+from fed_retrieval import tff_runtime
+from fed_retrieval.federated_process import FederatedConfig
+from losses import registry
+from tasks import client_data
+from tasks.movielens_task import MovieLensTask
+
+
+def federated_throughput(task: MovieLensTask, config: FederatedConfig,
+                         rounds: int) -> Dict[str, float]:
+  """Examples/s and seconds/round of `rounds` timed rounds after a warm-up round."""
+  worker = tff_runtime.ensure_local_execution_context()
+  model_config = federated_training.model_config_for(task, config, 16)
+  process = federated_process.build_learning_process(
+      federated_process.retrieval_model_fn(model_config, config.loss,
+                                           config.temperature, config.margin),
+      config)
+  data = client_data.client_data_from_examples(task.federated_train)
+  client_ids = sorted(data.client_ids, key=int)
+  state = process.initialize()
+  examples, seconds = 0, 0.0
+  for round_num in range(rounds + 1):
+    clients = federated_training.sample_clients(client_ids, config.clients_per_round,
+                                                config.seed, round_num)
+    start = time.perf_counter()
+    output = process.next(state, federated_training.round_datasets(
+        data, clients, config, round_num))
+    elapsed = time.perf_counter() - start
+    state = output.state
+    if round_num > 0:  # Round 0 warms up.
+      seconds += elapsed
+      examples += int(output.metrics["client_work"]["train"]["num_examples"])
+  return {"federated_examples_per_sec": examples / seconds,
+          "seconds_per_round": seconds / rounds,
+          "examples_per_round": examples / rounds,
+          "worker_peak_rss_mb": _peak_rss_mb(worker.pid)}
+
+
+def centralized_throughput(task: MovieLensTask, loss: str, batch_size: int,
+                           num_examples: int, steps_per_execution: int,
+                           learning_rate: float = 0.01) -> Dict[str, float]:
+  """Examples/s of Keras `fit` over `num_examples` after a warm-up epoch."""
+  objective = registry.objective(loss)
+  config = dual_encoder.DualEncoderConfig(task.vocabulary_size,
+                                          task.config.max_context_length,
+                                          spreadout_weight=objective.spreadout_weight)
+  model = dual_encoder.build_dual_encoder(config, seed=0)
+  model.compile(optimizer=optimizers.keras_optimizer("sgd", learning_rate),
+                loss=objective.loss, steps_per_execution=steps_per_execution)
+  dataset = client_data.centralized_dataset(task.federated_train, batch_size,
+                                            shuffle_seed=0).repeat()
+  steps = math.ceil(num_examples / batch_size)
+  model.fit(dataset, steps_per_epoch=steps_per_execution, epochs=1, verbose=0)
+  start = time.perf_counter()
+  model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+  return {"centralized_examples_per_sec": steps * batch_size /
+                                          (time.perf_counter() - start)}
+
+
+def _peak_rss_mb(pid) -> float:
+  """VmHWM of a live process, in MB (0 if unknown)."""
+  try:
+    with open(f"/proc/{pid}/status") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 1024
+  except (FileNotFoundError, TypeError):
+    pass
+  return 0.0
+
+
+def own_peak_rss_mb() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

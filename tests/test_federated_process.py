@@ -1,0 +1,86 @@
+"""One federated round of FedAvg and FedSGD against a hand computation."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fed_retrieval import federated_process
+from fed_retrieval.federated_process import FederatedConfig
+
+W0 = np.array([0.5, -0.5], np.float32)
+# (x, y) of two clients; a linear model y = x . w with mean squared error.
+CLIENT_A = (np.array([[1.0, 0.0], [0.0, 1.0]], np.float32), np.array([1.0, 2.0], np.float32))
+CLIENT_B = (np.array([[2.0, 1.0]], np.float32), np.array([0.0], np.float32))
+CLIENT_NAN = (np.array([[np.nan, 1.0]], np.float32), np.array([1.0], np.float32))
+
+
+def linear_model_fn():
+  inputs = tf.keras.Input(shape=(2,))
+  outputs = tf.keras.layers.Dense(
+      1, use_bias=False, kernel_initializer=tf.keras.initializers.Constant(
+          W0.reshape(2, 1)))(inputs)
+  return tff.learning.models.from_keras_model(
+      tf.keras.Model(inputs, tf.squeeze(outputs, axis=1)),
+      loss=tf.keras.losses.MeanSquaredError(),
+      input_spec=(tf.TensorSpec([None, 2], tf.float32), tf.TensorSpec([None], tf.float32)))
+
+
+def mse_gradient(w, client):
+  x, y = client
+  return 2.0 / len(y) * (x @ w - y) @ x
+
+
+def dataset(client):
+  return tf.data.Dataset.from_tensor_slices(client).batch(len(client[1]))
+
+
+def run_round(config, clients):
+  process = federated_process.build_learning_process(linear_model_fn, config)
+  state = process.initialize()
+  output = process.next(state, [dataset(c) for c in clients])
+  return np.asarray(process.get_model_weights(output.state).trainable[0]).reshape(2)
+
+
+def test_fedavg_round_matches_hand_computation(tff_context):
+  config = FederatedConfig(algorithm="fedavg", client_learning_rate=0.1,
+                           server_learning_rate=0.5)
+  # Each client takes one SGD step on its single batch; the server averages the
+  # deltas weighted by examples (2 and 1) and applies them at rate 0.5.
+  delta_a = -0.1 * mse_gradient(W0, CLIENT_A)
+  delta_b = -0.1 * mse_gradient(W0, CLIENT_B)
+  expected = W0 + 0.5 * (2 * delta_a + 1 * delta_b) / 3
+  np.testing.assert_allclose(run_round(config, [CLIENT_A, CLIENT_B]), expected,
+                             rtol=1e-5)
+
+
+def test_fedsgd_round_matches_hand_computation(tff_context):
+  config = FederatedConfig(algorithm="fedsgd", server_learning_rate=0.3)
+  gradient = (2 * mse_gradient(W0, CLIENT_A) + 1 * mse_gradient(W0, CLIENT_B)) / 3
+  np.testing.assert_allclose(run_round(config, [CLIENT_A, CLIENT_B]),
+                             W0 - 0.3 * gradient, rtol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedsgd"])
+def test_non_finite_client_update_is_not_averaged_in(tff_context, algorithm):
+  config = FederatedConfig(algorithm=algorithm, client_learning_rate=0.1)
+  with_nan = run_round(config, [CLIENT_A, CLIENT_NAN, CLIENT_B])
+  assert np.all(np.isfinite(with_nan))
+  np.testing.assert_allclose(with_nan, run_round(config, [CLIENT_A, CLIENT_B]),
+                             rtol=1e-6)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("algorithm", "fedprox", "--algorithm"),
+    ("rounds", 0, "--rounds"),
+    ("clients_per_round", 0, "--clients_per_round"),
+])
+def test_bad_configs_name_the_flag(field, value, message):
+  with pytest.raises(ValueError, match=message):
+    FederatedConfig(**{field: value})
+
+
+def test_bad_optimizer_names_the_flag():
+  with pytest.raises(ValueError, match="--server_optimizer: unknown optimizer 'lbfgs'"):
+    federated_process.build_learning_process(
+        linear_model_fn, FederatedConfig(server_optimizer="lbfgs"))

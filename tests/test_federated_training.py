@@ -1,0 +1,132 @@
+"""Federated runs on the small preset: learning, IID control, resume after SIGKILL."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fed_retrieval import federated_training
+from fed_retrieval.federated_process import FederatedConfig
+from tasks import movielens_task
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL_RUN = ["--synthetic=small", "--loss=hinge_spreadout", "--rounds=8",
+             "--clients_per_round=10", "--client_learning_rate=0.5",
+             "--eval_every=4", "--checkpoint_every=2", "--seed=3"]
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("cache"))
+
+
+def small_task(cache_dir, **kwargs):
+  return movielens_task.build_task(movielens_task.TaskConfig(
+      synthetic="small", cache_dir=cache_dir, **kwargs))
+
+
+def test_sampling_is_a_function_of_seed_and_round():
+  ids = [str(i) for i in range(50)]
+  first = federated_training.sample_clients(ids, 10, seed=1, round_num=4)
+  assert first == federated_training.sample_clients(ids, 10, seed=1, round_num=4)
+  assert len(set(first)) == 10
+  assert first != federated_training.sample_clients(ids, 10, seed=1, round_num=5)
+  assert len(federated_training.sample_clients(ids, 80, 1, 1)) == 50
+
+
+def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
+                                                        tmp_path):
+  task = small_task(cache_dir)
+  config = FederatedConfig(loss="global_softmax", rounds=12, clients_per_round=20,
+                           client_learning_rate=0.5, eval_every=6,
+                           checkpoint_every=6)
+  results = federated_training.train_federated(task, config, str(tmp_path))
+  with open(os.path.join(tmp_path, "metrics.csv")) as f:
+    rows = list(csv.DictReader(f))
+  assert [int(r["round"]) for r in rows] == list(range(1, 13))
+  losses = [float(r["train_loss"]) for r in rows]
+  assert sum(losses[-3:]) < 0.9 * sum(losses[:3])
+  assert rows[5]["val_global_recall@10"] and not rows[4]["val_global_recall@10"]
+  assert results["setting"] == "federated"
+  assert results["examples_seen"] == sum(int(float(r["train_num_examples"])) for r in rows)
+  popularity = 0.0446  # Most-popular recall@10 on the small preset's test users.
+  assert results["test"]["global_recall@10"] > 1.5 * popularity
+  assert os.path.isfile(os.path.join(tmp_path, "export", "export.json"))
+
+
+def test_shuffled_control_is_its_own_setting(tff_context, cache_dir, tmp_path):
+  task = small_task(cache_dir, shuffle_across_users=True)
+  config = FederatedConfig(loss="batch_softmax", rounds=1, clients_per_round=5)
+  results = federated_training.train_federated(task, config, str(tmp_path))
+  assert results["setting"] == "federated_shuffled"
+  with open(os.path.join(tmp_path, "run_config.json")) as f:
+    assert json.load(f)["task"]["shuffle_across_users"] is True
+
+
+def run_script(output_dir, cache, *extra):
+  return subprocess.Popen(
+      [sys.executable, "-m", "scripts.train_federated", *SMALL_RUN, *extra,
+       f"--output_dir={output_dir}", f"--cache_dir={cache}"],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def worker_pids():
+  pids = set()
+  for pid in os.listdir("/proc"):
+    if pid.isdigit():
+      try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+          if b"worker_binary" in f.read():
+            pids.add(int(pid))
+      except OSError:
+        pass
+  return pids
+
+
+def test_resume_after_sigkill_gives_the_same_results(cache_dir, tmp_path):
+  uninterrupted = os.path.join(tmp_path, "uninterrupted")
+  process = run_script(uninterrupted, cache_dir)
+  _, stderr = process.communicate(timeout=600)
+  assert process.returncode == 0, stderr[-3000:]
+
+  killed = os.path.join(tmp_path, "killed")
+  workers_before = worker_pids()
+  process = run_script(killed, cache_dir)
+  metrics = os.path.join(killed, "metrics.csv")
+  deadline = time.monotonic() + 600
+  while time.monotonic() < deadline:  # Kill between checkpoints (round 3).
+    if os.path.isfile(metrics) and "\n3," in open(metrics).read():
+      break
+    time.sleep(0.05)
+  os.kill(process.pid, signal.SIGKILL)
+  process.wait()
+  time.sleep(1)
+  assert not worker_pids() - workers_before, "a TFF worker outlived its program"
+  assert not os.path.exists(os.path.join(killed, "results.json"))
+
+  process = run_script(killed, cache_dir)
+  _, stderr = process.communicate(timeout=600)
+  assert process.returncode == 0, stderr[-3000:]
+  with open(os.path.join(uninterrupted, "results.json")) as f:
+    expected = json.load(f)
+  with open(os.path.join(killed, "results.json")) as f:
+    resumed = json.load(f)
+  assert resumed["examples_seen"] == expected["examples_seen"]
+  for key, value in expected["test"].items():
+    assert resumed["test"][key] == pytest.approx(value, abs=1e-3), key
+  with open(os.path.join(killed, "metrics.csv")) as f:
+    assert [int(r["round"]) for r in csv.DictReader(f)] == list(range(1, 9))
+
+
+def test_other_configuration_in_the_same_directory_is_refused(cache_dir, tmp_path):
+  first = run_script(tmp_path, cache_dir, "--rounds=1")
+  first.communicate(timeout=600)
+  second = run_script(tmp_path, cache_dir, "--rounds=2")
+  _, stderr = second.communicate(timeout=600)
+  assert second.returncode == 2
+  assert "another configuration" in stderr and "rounds" in stderr
