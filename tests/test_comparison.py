@@ -1,0 +1,85 @@
+"""The comparison's relative drops, CSV, Markdown table and plot; and compare.py."""
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fed_retrieval import comparison
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def fake_run(tmp_path, name, recalls):
+  run_dir = os.path.join(tmp_path, name)
+  os.makedirs(run_dir)
+  with open(os.path.join(run_dir, "metrics.csv"), "w") as f:
+    f.write("round,train_loss,val_global_recall@10\n")
+    for round_num, recall in enumerate(recalls, start=1):
+      f.write(f"{round_num},1.0,{recall if recall is not None else ''}\n")
+  return run_dir
+
+
+def rows(tmp_path):
+  result = []
+  for setting, loss, r10 in [("centralized", "batch_softmax", 0.10),
+                             ("federated", "batch_softmax", 0.04),
+                             ("centralized", "global_softmax", 0.20),
+                             ("federated", "global_softmax", 0.19),
+                             ("federated_shuffled", "global_softmax", 0.21)]:
+    result.append({"setting": setting, "loss": loss, "global_recall@1": r10 / 5,
+                   "global_recall@5": r10 / 2, "global_recall@10": r10,
+                   "run_dir": fake_run(tmp_path, f"{setting}_{loss}",
+                                       [None, r10 / 2, None, r10])})
+  result.append({"setting": "baseline", "loss": "most_popular", "global_recall@1": 0.0,
+                 "global_recall@5": 0.01, "global_recall@10": 0.02})
+  return comparison.with_relative_drops(result)
+
+
+def test_relative_drops(tmp_path):
+  by_key = {(r["setting"], r["loss"]): r for r in rows(tmp_path)}
+  federated_bs = by_key[("federated", "batch_softmax")]
+  assert federated_bs["drop_vs_centralized_same_loss@10"] == pytest.approx(0.6)
+  assert federated_bs["drop_vs_best_centralized@10"] == pytest.approx(0.8)
+  shuffled = by_key[("federated_shuffled", "global_softmax")]
+  assert shuffled["drop_vs_centralized_same_loss@10"] == pytest.approx(-0.05)
+  assert "drop_vs_centralized_same_loss@10" not in by_key[("centralized", "batch_softmax")]
+
+
+def test_reports(tmp_path):
+  table = comparison.write_reports(rows(tmp_path), str(tmp_path))
+  with open(os.path.join(tmp_path, "results.csv")) as f:
+    records = list(csv.DictReader(f))
+  assert tuple(records[0]) == comparison.CSV_COLUMNS
+  assert [r["setting"] for r in records] == ["centralized", "federated", "centralized",
+                                             "federated", "federated_shuffled",
+                                             "baseline"]
+  assert float(records[1]["drop_vs_centralized_same_loss@10"]) == pytest.approx(0.6)
+  assert records[0]["drop_vs_centralized_same_loss@10"] == ""
+  assert "| federated | batch_softmax | 0.80% | 2.00% | 4.00% | 60.00% | 80.00% |" in table
+  with open(os.path.join(tmp_path, "results.md")) as f:
+    assert f.read() == table
+  with open(os.path.join(tmp_path, "recall_vs_rounds.png"), "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_script_end_to_end(tmp_path):
+  result = subprocess.run(
+      [sys.executable, "-m", "scripts.compare", "--synthetic=small",
+       "--losses=batch_softmax,hinge_spreadout", "--rounds=2", "--clients_per_round=5",
+       "--eval_every=1", "--include_shuffled", f"--output_dir={tmp_path}/cmp",
+       f"--cache_dir={tmp_path}/cache"],
+      cwd=ROOT, capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "| federated_shuffled | hinge_spreadout |" in result.stdout
+  with open(os.path.join(tmp_path, "cmp", "results.csv")) as f:
+    records = list(csv.DictReader(f))
+  assert [(r["setting"], r["loss"]) for r in records] == [
+      ("centralized", "batch_softmax"), ("federated", "batch_softmax"),
+      ("federated_shuffled", "batch_softmax"), ("centralized", "hinge_spreadout"),
+      ("federated", "hinge_spreadout"), ("federated_shuffled", "hinge_spreadout"),
+      ("baseline", "most_popular")]
+  for name in ("results.md", "recall_vs_rounds.png"):
+    assert os.path.getsize(os.path.join(tmp_path, "cmp", name)) > 0
