@@ -24,7 +24,6 @@ from losses import registry
 from tasks import client_data
 from tasks.movielens_task import MovieLensTask
 
-RESULTS = "results.json"
 CHECKPOINT = os.path.join("checkpoint", "weights")
 
 
@@ -90,10 +89,9 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
   run_config = {"setting": "centralized", "task": task.config.describe(),
                 "model": dataclasses.asdict(model_config),
                 "training": dataclasses.asdict(config)}
-  run_directory.claim_run_directory(output_dir, run_config)
-  results_path = os.path.join(output_dir, RESULTS)
-  if os.path.isfile(results_path):
-    return run_directory.read_json(results_path)
+  finished = run_directory.open_run(output_dir, run_config)
+  if finished is not None:
+    return finished
 
   if config.split == "example":
     train, curve, test = (task.centralized_train, task.centralized_test,
@@ -137,5 +135,5 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
           evaluation.popularity_score_fn(train, task.vocabulary_size), test,
           config.ks, config.batch_size),
   }
-  run_directory.write_json(results_path, results)
+  run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)
   return results

@@ -12,8 +12,6 @@ An export directory holds:
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from typing import Optional
 
 import numpy as np
@@ -21,6 +19,7 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 from fed_retrieval import dual_encoder
+from tasks import atomic_output
 
 EXPORT_INFO = "export.json"
 
@@ -53,14 +52,12 @@ def _brute_force_index(query_tower: tf.keras.Model, item_embeddings: np.ndarray,
 
 def export_model(model: tf.keras.Model, config: dual_encoder.DualEncoderConfig,
                  export_dir: str, k: int = 10) -> str:
-  """Writes the export directory atomically (a temporary sibling, then rename)."""
+  """Writes the export directory; it appears whole or not at all."""
   if not 1 <= k < config.vocabulary_size:
     raise ValueError(f"--k={k} must lie in [1, {config.vocabulary_size - 1}] "
                      "(the number of items)")
-  export_dir = os.path.abspath(export_dir)
-  os.makedirs(os.path.dirname(export_dir), exist_ok=True)
-  staging = tempfile.mkdtemp(prefix=".export-", dir=os.path.dirname(export_dir))
-  try:
+  with atomic_output.staged_directory(export_dir, "export_dir",
+                                      replace=True) as staging:
     query = dual_encoder.query_tower(model)
     items = dual_encoder.item_embeddings(model).numpy()
     query.save(os.path.join(staging, "query_tower"), include_optimizer=False)
@@ -70,12 +67,6 @@ def export_model(model: tf.keras.Model, config: dual_encoder.DualEncoderConfig,
     tf.saved_model.save(index, os.path.join(staging, "index"))
     with open(os.path.join(staging, EXPORT_INFO), "w") as f:
       json.dump({"k": k, "model_config": json.loads(config.to_json())}, f, indent=2)
-    if os.path.exists(export_dir):
-      shutil.rmtree(export_dir)
-    os.replace(staging, export_dir)
-  except BaseException:
-    shutil.rmtree(staging, ignore_errors=True)
-    raise
   return export_dir
 
 

@@ -38,7 +38,6 @@ from losses import registry
 from tasks import client_data
 from tasks.movielens_task import MovieLensTask
 
-RESULTS = "results.json"
 
 
 def sample_clients(client_ids: Sequence[str], clients_per_round: int, seed: int,
@@ -109,10 +108,9 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
   run_config = {"setting": setting, "task": task.config.describe(),
                 "model": dataclasses.asdict(model_config),
                 "training": dataclasses.asdict(config)}
-  run_directory.claim_run_directory(output_dir, run_config)
-  results_path = os.path.join(output_dir, RESULTS)
-  if os.path.isfile(results_path):
-    return run_directory.read_json(results_path)
+  finished = run_directory.open_run(output_dir, run_config)
+  if finished is not None:
+    return finished
 
   tff_runtime.ensure_local_execution_context()
   train_data = client_data.client_data_from_examples(task.federated_train)
@@ -178,5 +176,5 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
       "examples_seen": examples_seen,
       "test": evaluate(task.federated_test),
   }
-  run_directory.write_json(results_path, results)
+  run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)
   return results

@@ -6,9 +6,10 @@ directory is refused with the settings that differ.
 
 import json
 import os
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 RUN_CONFIG = "run_config.json"
+RESULTS = "results.json"
 
 
 def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -56,3 +57,10 @@ def write_json(path: str, value: Dict[str, Any]) -> None:
   with open(temporary, "w") as f:
     json.dump(value, f, indent=2, sort_keys=True)
   os.replace(temporary, path)
+
+
+def open_run(output_dir: str, run_config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+  """Claims `output_dir` for `run_config`; the results if the run has finished."""
+  claim_run_directory(output_dir, run_config)
+  results_path = os.path.join(output_dir, RESULTS)
+  return read_json(results_path) if os.path.isfile(results_path) else None

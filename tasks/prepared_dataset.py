@@ -6,11 +6,10 @@ temporary sibling directory that is renamed at the end.
 
 import json
 import os
-import shutil
-import tempfile
 
 import tensorflow as tf
 
+from tasks import atomic_output
 from tasks.movielens_task import MovieLensTask
 from tasks.sequence_examples import Examples
 
@@ -46,23 +45,11 @@ def write_tfrecord(examples: Examples, path: str) -> None:
 
 def write_prepared_dataset(task: MovieLensTask, output_dir: str) -> dict:
   """Writes train.tfrecord, test.tfrecord and stats.json; returns the stats."""
-  output_dir = os.path.abspath(output_dir)
-  parent = os.path.dirname(output_dir)
-  os.makedirs(parent, exist_ok=True)
-  if os.path.exists(output_dir) and os.listdir(output_dir):
-    raise ValueError(f"--output_dir={output_dir} exists and is not empty")
-  staging = tempfile.mkdtemp(prefix=".prepare-", dir=parent)
-  try:
+  with atomic_output.staged_directory(output_dir) as staging:
     write_tfrecord(task.centralized_train, os.path.join(staging, "train.tfrecord"))
     write_tfrecord(task.centralized_test, os.path.join(staging, "test.tfrecord"))
     stats = task.statistics()
     stats["config"] = task.config.describe()
     with open(os.path.join(staging, "stats.json"), "w") as f:
       json.dump(stats, f, indent=2)
-    if os.path.exists(output_dir):
-      os.rmdir(output_dir)
-    os.replace(staging, output_dir)
-  except BaseException:
-    shutil.rmtree(staging, ignore_errors=True)
-    raise
   return stats
