@@ -162,6 +162,10 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
     bar.update(1)
     bar.set_postfix(loss=f"{row['train_loss']:.4f}",
                     recall=("-" if latest_recall is None else f"{latest_recall:.4f}"))
+    if not progress and f"val_global_recall@{max(config.ks)}" in row:
+      print(f"{setting} {config.loss}: round {round_num}/{config.rounds} "
+            f"loss {row['train_loss']:.4f} val global_recall@{max(config.ks)} "
+            f"{latest_recall:.4f}", file=sys.stderr, flush=True)
   bar.close()
 
   federated_process.assign_weights(process, state, server_model)
