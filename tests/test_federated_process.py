@@ -44,7 +44,7 @@ def run_round(config, clients):
 
 def test_fedavg_round_matches_hand_computation(tff_context):
   config = FederatedConfig(algorithm="fedavg", client_learning_rate=0.1,
-                           server_learning_rate=0.5)
+                           server_optimizer="sgd", server_learning_rate=0.5)
   # Each client takes one SGD step on its single batch; the server averages the
   # deltas weighted by examples (2 and 1) and applies them at rate 0.5.
   delta_a = -0.1 * mse_gradient(W0, CLIENT_A)
@@ -55,7 +55,8 @@ def test_fedavg_round_matches_hand_computation(tff_context):
 
 
 def test_fedsgd_round_matches_hand_computation(tff_context):
-  config = FederatedConfig(algorithm="fedsgd", server_learning_rate=0.3)
+  config = FederatedConfig(algorithm="fedsgd", server_optimizer="sgd",
+                           server_learning_rate=0.3)
   gradient = (2 * mse_gradient(W0, CLIENT_A) + 1 * mse_gradient(W0, CLIENT_B)) / 3
   np.testing.assert_allclose(run_round(config, [CLIENT_A, CLIENT_B]),
                              W0 - 0.3 * gradient, rtol=1e-5)
@@ -63,7 +64,8 @@ def test_fedsgd_round_matches_hand_computation(tff_context):
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedsgd"])
 def test_non_finite_client_update_is_not_averaged_in(tff_context, algorithm):
-  config = FederatedConfig(algorithm=algorithm, client_learning_rate=0.1)
+  config = FederatedConfig(algorithm=algorithm, client_learning_rate=0.1,
+                           server_optimizer="sgd")
   with_nan = run_round(config, [CLIENT_A, CLIENT_NAN, CLIENT_B])
   assert np.all(np.isfinite(with_nan))
   np.testing.assert_allclose(with_nan, run_round(config, [CLIENT_A, CLIENT_B]),
