@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
 from fed_retrieval import centralized_training
 from fed_retrieval import federated_training
+from fed_retrieval import tff_runtime
 from fed_retrieval.centralized_training import CentralizedConfig
 from fed_retrieval.federated_process import FederatedConfig
 from tasks import movielens_task
@@ -47,9 +48,12 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
                                  spreadout_weight=spreadout_weight)
     federated_rows = []
     for setting, setting_task in settings.items():
-      results = federated_training.train_federated(
-          setting_task, config, os.path.join(output_dir, f"{setting}_{loss}"),
-          embedding_dim)
+      # The worker stops after each federated run: even idle it takes CPU
+      # from the centralized run that follows.
+      with tff_runtime.local_execution_context():
+        results = federated_training.train_federated(
+            setting_task, config, os.path.join(output_dir, f"{setting}_{loss}"),
+            embedding_dim)
       federated_rows.append(_row(setting, loss, results, output_dir))
     budget = federated_rows[0]["examples_seen"]
     central = centralized_training.train_centralized(

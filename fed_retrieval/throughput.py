@@ -27,32 +27,36 @@ from tasks.movielens_task import MovieLensTask
 
 def federated_throughput(task: MovieLensTask, config: FederatedConfig,
                          rounds: int) -> Dict[str, float]:
-  """Examples/s and seconds/round of `rounds` timed rounds after a warm-up round."""
-  worker = tff_runtime.ensure_local_execution_context()
-  model_config = federated_training.model_config_for(task, config, 16)
-  process = federated_process.build_learning_process(
-      federated_process.retrieval_model_fn(model_config, config.loss,
-                                           config.temperature, config.margin),
-      config)
-  data = client_data.client_data_from_examples(task.federated_train)
-  client_ids = sorted(data.client_ids, key=int)
-  state = process.initialize()
-  examples, seconds = 0, 0.0
-  for round_num in range(rounds + 1):
-    clients = federated_training.sample_clients(client_ids, config.clients_per_round,
-                                                config.seed, round_num)
-    start = time.perf_counter()
-    output = process.next(state, federated_training.round_datasets(
-        data, clients, config, round_num))
-    elapsed = time.perf_counter() - start
-    state = output.state
-    if round_num > 0:  # Round 0 warms up.
-      seconds += elapsed
-      examples += int(output.metrics["client_work"]["train"]["num_examples"])
+  """Examples/s and seconds/round of `rounds` timed rounds after a warm-up round.
+
+  The worker is stopped afterwards, so it cannot compete with what runs next.
+  """
+  with tff_runtime.local_execution_context() as worker:
+    model_config = federated_training.model_config_for(task, config, 16)
+    process = federated_process.build_learning_process(
+        federated_process.retrieval_model_fn(model_config, config.loss,
+                                             config.temperature, config.margin),
+        config)
+    data = client_data.client_data_from_examples(task.federated_train)
+    client_ids = sorted(data.client_ids, key=int)
+    state = process.initialize()
+    examples, seconds = 0, 0.0
+    for round_num in range(rounds + 1):
+      clients = federated_training.sample_clients(client_ids, config.clients_per_round,
+                                                  config.seed, round_num)
+      start = time.perf_counter()
+      output = process.next(state, federated_training.round_datasets(
+          data, clients, config, round_num))
+      elapsed = time.perf_counter() - start
+      state = output.state
+      if round_num > 0:  # Round 0 warms up.
+        seconds += elapsed
+        examples += int(output.metrics["client_work"]["train"]["num_examples"])
+    worker_peak_rss_mb = _peak_rss_mb(worker.pid)
   return {"federated_examples_per_sec": examples / seconds,
           "seconds_per_round": seconds / rounds,
           "examples_per_round": examples / rounds,
-          "worker_peak_rss_mb": _peak_rss_mb(worker.pid)}
+          "worker_peak_rss_mb": worker_peak_rss_mb}
 
 
 def centralized_throughput(task: MovieLensTask, loss: str, batch_size: int,
