@@ -6,13 +6,10 @@ after one warm-up (tracing, worker start-up) run.
 """
 
 import math
-import os
 import resource
 import time
-from typing import Any, Dict
+from typing import Dict
 
-import numpy as np
-import tensorflow as tf
 
 from fed_retrieval import dual_encoder
 from fed_retrieval import federated_process

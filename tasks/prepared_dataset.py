@@ -13,18 +13,14 @@ from tasks import atomic_output
 from tasks.movielens_task import MovieLensTask
 from tasks.sequence_examples import Examples
 
-FEATURE_SPEC = {
-    "user_id": tf.io.FixedLenFeature([], tf.int64),
-    "context": None,  # Set by `feature_spec` from the context length.
-    "label": tf.io.FixedLenFeature([], tf.int64),
-}
-
 
 def feature_spec(max_context_length: int) -> dict:
   """The `tf.io.parse_example` spec of the written records."""
-  spec = dict(FEATURE_SPEC)
-  spec["context"] = tf.io.FixedLenFeature([max_context_length], tf.int64)
-  return spec
+  return {
+      "user_id": tf.io.FixedLenFeature([], tf.int64),
+      "context": tf.io.FixedLenFeature([max_context_length], tf.int64),
+      "label": tf.io.FixedLenFeature([], tf.int64),
+  }
 
 
 def _int64_feature(values) -> tf.train.Feature:

@@ -12,7 +12,7 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-PADDING_ID = 0
+PADDING_ID = 0  # Context slots without an item; item ids start at 1.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +100,7 @@ def sliding_window_examples(ratings: pd.DataFrame,
   label_rows = np.flatnonzero(is_label)
   label_positions = position[label_rows]
 
-  contexts = np.zeros((label_rows.size, max_context_length), np.int32)
+  contexts = np.full((label_rows.size, max_context_length), PADDING_ID, np.int32)
   for offset in range(1, max_context_length + 1):
     valid = label_positions >= offset
     contexts[valid, offset - 1] = items[label_rows[valid] - offset]

@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from fed_retrieval import recall_metrics
 
