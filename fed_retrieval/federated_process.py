@@ -85,7 +85,7 @@ def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig, loss_name: 
         loss=registry.make_loss(registry.base_loss_name(loss_name), temperature,
                                 margin),
         input_spec=input_spec(model_config.max_context_length),
-        metrics=recall_metrics.retrieval_metrics(ks))
+        metrics=recall_metrics.retrieval_metrics(ks) if ks else [])
 
   return model_fn
 

@@ -16,8 +16,8 @@ def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:
   return json.loads(json.dumps(config, sort_keys=True))
 
 
-def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> bool:
-  """Creates or re-opens `output_dir` for `config`; True when resuming."""
+def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
+  """Creates or re-opens `output_dir` for `config`; refuses another config."""
   config = _normalized(config)
   path = os.path.join(output_dir, RUN_CONFIG)
   if os.path.isfile(path):
@@ -30,13 +30,12 @@ def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> bool:
       raise ValueError(
           f"--output_dir={output_dir} holds a run with another configuration "
           f"({'; '.join(differing)}); use a new --output_dir or the same flags")
-    return True
+    return
   os.makedirs(output_dir, exist_ok=True)
   temporary = path + ".tmp"
   with open(temporary, "w") as f:
     json.dump(config, f, indent=2, sort_keys=True)
   os.replace(temporary, path)
-  return False
 
 
 def read_run_config(output_dir: str) -> Dict[str, Any]:

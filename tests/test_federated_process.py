@@ -86,3 +86,21 @@ def test_bad_optimizer_names_the_flag():
   with pytest.raises(ValueError, match="--server_optimizer: unknown optimizer 'lbfgs'"):
     federated_process.build_learning_process(
         linear_model_fn, FederatedConfig(server_optimizer="lbfgs"))
+
+
+@pytest.mark.parametrize("ks,expected", [
+    ((), set()),
+    ((10,), {"global_recall_at_10", "batch_recall_at_10", "global_mean_rank"}),
+])
+def test_recall_metrics_run_in_tff_only_when_asked(tff_context, ks, expected):
+  from fed_retrieval import dual_encoder  # pylint: disable=g-import-not-at-top
+  config = dual_encoder.DualEncoderConfig(vocabulary_size=30, max_context_length=3)
+  model_fn = federated_process.retrieval_model_fn(config, "global_softmax", ks=ks)
+  process = federated_process.build_learning_process(model_fn, FederatedConfig())
+  contexts = np.array([[1, 2, 0], [3, 0, 0], [4, 5, 6]], np.int32)
+  labels = np.array([7, 8, 9], np.int32)
+  data = tf.data.Dataset.from_tensor_slices((contexts, labels)).batch(2)
+  train = process.next(process.initialize(), [data, data]).metrics["client_work"]["train"]
+  assert set(train) - {"loss", "num_examples", "num_batches"} == expected
+  if ks:
+    assert 0.0 <= train["global_recall_at_10"] <= 1.0
