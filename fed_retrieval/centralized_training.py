@@ -1,56 +1,77 @@
 """Centralized training of the dual encoder with Keras `fit`, resumable.
 
 The output directory holds `run_config.json`, `metrics.csv` and `tensorboard/`
-(per-epoch training and evaluation metrics), `backup/` (Keras BackupAndRestore:
-a killed run resumes from its last finished epoch), `checkpoint/` (final
-weights), `export/` and `results.json`.
+(training loss and validation recall at every evaluation), `backup/` (Keras
+BackupAndRestore: a killed run resumes from its last finished evaluation),
+`best/` (the best evaluated weights when stopping early), `checkpoint/` (the
+reported weights), `export/` and `results.json`.
 """
 
+import csv
 import dataclasses
 import math
 import os
 import sys
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
 from fed_retrieval import dual_encoder
+from fed_retrieval import early_stopping
 from fed_retrieval import evaluation
 from fed_retrieval import export
 from fed_retrieval import optimizers
-from fed_retrieval import recall_metrics
 from fed_retrieval import run_directory
 from losses import registry
 from tasks import client_data
 from tasks.movielens_task import MovieLensTask
 
 CHECKPOINT = os.path.join("checkpoint", "weights")
+BEST_WEIGHTS = os.path.join("best", "weights")
 
 
 @dataclasses.dataclass(frozen=True)
 class CentralizedConfig:
-  """How the centralized model is trained."""
-  loss: str = "global_softmax"
-  spreadout_weight: Optional[float] = None
-  temperature: float = 0.05
-  margin: float = 0.9
+  """How the centralized model is trained.
+
+  The budget is `epochs` passes, or `steps` batches; the validation users are
+  evaluated every `eval_every_steps` (default: once per pass). With `patience`
+  > 0 training stops once that many evaluations have not improved validation
+  recall@max(k), and the best evaluated model is reported (split 'user'
+  only: the example split has no validation users); with 0 the whole budget
+  is trained and the final model reported.
+  """
+  objective: registry.ObjectiveConfig = registry.ObjectiveConfig()
   batch_size: int = 16
   epochs: int = 1
   steps: Optional[int] = None
+  eval_every_steps: Optional[int] = None
+  patience: int = 0
+  min_delta: float = 0.0
   optimizer: str = "adam"
   learning_rate: float = 0.01
   seed: int = 0
   split: str = "example"
   ks: Tuple[int, ...] = (1, 5, 10)
-  steps_per_execution: int = 50
+  steps_per_execution: int = 100
 
   def __post_init__(self):
     if self.split not in ("example", "user"):
       raise ValueError(f"--split_by must be 'example' or 'user', got '{self.split}'")
     if self.epochs < 1:
       raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
-    if self.steps is not None and self.steps < 1:
-      raise ValueError(f"--steps must be >= 1, got {self.steps}")
+    for name in ("steps", "eval_every_steps"):
+      if getattr(self, name) is not None and getattr(self, name) < 1:
+        raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+    if self.patience and self.split != "user":
+      raise ValueError("--patience needs validation users: use --split_by=user")
+    self.stopping_rule  # Validates --patience and --min_delta.
+
+  @property
+  def stopping_rule(self) -> early_stopping.StoppingRule:
+    if self.patience < 0:
+      raise ValueError(f"--patience must be >= 0, got {self.patience}")
+    return early_stopping.StoppingRule(self.patience or None, self.min_delta)
 
 
 def model_config_for(task: MovieLensTask, objective: registry.Objective,
@@ -62,29 +83,81 @@ def model_config_for(task: MovieLensTask, objective: registry.Objective,
       embedding_dim=embedding_dim,
       context_hidden_dims=tuple(context_hidden_dims),
       item_hidden_dims=tuple(item_hidden_dims),
-      spreadout_weight=objective.spreadout_weight)
+      spreadout=objective.spreadout)
 
 
 def training_schedule(num_examples: int, batch_size: int, epochs: int,
-                      steps: Optional[int]) -> Tuple[int, int]:
-  """(Keras epochs, steps per epoch): whole passes, or `steps` in equal chunks.
+                      steps: Optional[int], eval_every_steps: Optional[int] = None
+                      ) -> Tuple[int, int]:
+  """(Keras epochs, steps per epoch): a Keras epoch ends with an evaluation.
 
-  With `steps`, a chunk is at most one pass over the data and the total is
-  rounded up to a whole number of chunks (at most chunks - 1 extra steps).
+  The budget is `steps`, or `epochs` whole passes. Without `eval_every_steps`,
+  it is cut into equal chunks of at most one pass each; with it, into chunks
+  of that many steps. The total is rounded up to whole chunks.
   """
   steps_per_pass = math.ceil(num_examples / batch_size)
-  if steps is None:
-    return epochs, steps_per_pass
-  chunks = math.ceil(steps / steps_per_pass)
-  return chunks, math.ceil(steps / chunks)
+  total = steps if steps is not None else epochs * steps_per_pass
+  if eval_every_steps is not None:
+    return math.ceil(total / eval_every_steps), eval_every_steps
+  chunks = math.ceil(total / steps_per_pass)
+  return chunks, math.ceil(total / chunks)
+
+
+class ValidationAndStopping(tf.keras.callbacks.Callback):
+  """At each Keras epoch's end: evaluates the validation split, logs it, keeps
+  the best weights, and stops training when the stopping rule says so.
+
+  Goes before CSVLogger, which then writes the values it adds to `logs`; a
+  resumed run reads its curve back from that file.
+  """
+
+  def __init__(self, evaluate_fn: Callable[[tf.keras.Model], Dict[str, float]],
+               rule: early_stopping.StoppingRule, monitored: str, steps_per_epoch: int,
+               batch_size: int, best_path: str, metrics_path: str, label: str):
+    super().__init__()
+    self._evaluate_fn = evaluate_fn
+    self.rule = rule
+    self._monitored = monitored
+    self._steps_per_epoch = steps_per_epoch
+    self._batch_size = batch_size
+    self._best_path = best_path
+    self._metrics_path = metrics_path
+    self._label = label
+    self.curve: Optional[List[Tuple[int, float]]] = None
+
+  def _curve_before(self, epoch: int) -> List[Tuple[int, float]]:
+    """(step, value) of the logged epochs before `epoch` (a resumed run's past)."""
+    if not os.path.isfile(self._metrics_path):
+      return []
+    by_epoch = {}
+    with open(self._metrics_path) as f:
+      for row in csv.DictReader(f):
+        if int(row["epoch"]) < epoch and row.get(self._monitored):
+          by_epoch[int(row["epoch"])] = float(row[self._monitored])
+    return [((e + 1) * self._steps_per_epoch, v) for e, v in sorted(by_epoch.items())]
+
+  def on_epoch_begin(self, epoch: int, logs=None) -> None:
+    if self.curve is None:
+      self.curve = self._curve_before(epoch)
+
+  def on_epoch_end(self, epoch: int, logs=None) -> None:
+    logs = logs if logs is not None else {}
+    steps = (epoch + 1) * self._steps_per_epoch
+    logs["examples_seen"] = steps * self._batch_size
+    logs.update({f"val_{k}": v for k, v in self._evaluate_fn(self.model).items()})
+    self.curve.append((steps, logs[self._monitored]))
+    if self.rule.patience and self.rule.best(self.curve)[0] == steps:
+      self.model.save_weights(self._best_path)
+    print(f"{self._label}: step {steps} loss {logs.get('loss', math.nan):.4f} "
+          f"{self._monitored} {logs[self._monitored]:.4f}", file=sys.stderr, flush=True)
+    if self.rule.should_stop(self.curve):
+      self.model.stop_training = True
 
 
 def train_centralized(task: MovieLensTask, config: CentralizedConfig,
-                      output_dir: str, embedding_dim: int = 16,
-                      verbose: Optional[int] = None) -> Dict[str, Any]:
+                      output_dir: str, embedding_dim: int = 16) -> Dict[str, Any]:
   """Trains (or resumes, or returns the finished run's results) and exports."""
-  objective = registry.objective(config.loss, config.spreadout_weight,
-                                 config.temperature, config.margin)
+  objective = config.objective.build()
   model_config = model_config_for(task, objective, embedding_dim)
   run_config = {"setting": "centralized", "task": task.config.describe(),
                 "model": dataclasses.asdict(model_config),
@@ -94,42 +167,53 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
     return finished
 
   if config.split == "example":
+    # No validation users: the curve is drawn on the test split, and with
+    # patience 0 (enforced by the config) it never picks the model.
     train, curve, test = (task.centralized_train, task.centralized_test,
                           task.centralized_test)
   else:
     train, curve, test = task.federated_train, task.federated_val, task.federated_test
   epochs, steps_per_epoch = training_schedule(len(train), config.batch_size,
-                                              config.epochs, config.steps)
+                                              config.epochs, config.steps,
+                                              config.eval_every_steps)
   tf.keras.utils.set_random_seed(config.seed)
   model = dual_encoder.build_dual_encoder(model_config, seed=config.seed)
+  # No metrics in `fit`: recall over the whole vocabulary on every training
+  # batch would cost more than the training step; the callback evaluates
+  # whole splits instead.
   model.compile(optimizer=optimizers.keras_optimizer(config.optimizer,
                                                      config.learning_rate),
-                loss=objective.loss,
-                metrics=recall_metrics.retrieval_metrics(config.ks),
-                steps_per_execution=config.steps_per_execution)
+                loss=objective.loss, steps_per_execution=config.steps_per_execution)
   train_data = client_data.centralized_dataset(
       train, config.batch_size, shuffle_seed=config.seed, epochs=1).repeat()
-  curve_data = client_data.centralized_dataset(
-      curve, config.batch_size, shuffle_seed=evaluation.EVALUATION_SEED)
+  metrics_path = os.path.join(output_dir, "metrics.csv")
+  validation = ValidationAndStopping(
+      lambda m: evaluation.evaluate(m, curve, config.ks, config.batch_size),
+      config.stopping_rule, f"val_global_recall@{max(config.ks)}", steps_per_epoch,
+      config.batch_size, os.path.join(output_dir, BEST_WEIGHTS), metrics_path,
+      f"centralized {config.objective.loss}")
   callbacks = [
       tf.keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")),
-      tf.keras.callbacks.CSVLogger(os.path.join(output_dir, "metrics.csv"),
-                                   append=True),
+      validation,
+      tf.keras.callbacks.CSVLogger(metrics_path, append=True),
       tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "tensorboard"),
                                      write_graph=False),
   ]
-  if verbose is None:
-    verbose = 1 if sys.stdout.isatty() else 2
   model.fit(train_data, epochs=epochs, steps_per_epoch=steps_per_epoch,
-            validation_data=curve_data, callbacks=callbacks, verbose=verbose)
+            callbacks=callbacks, verbose=0)
+  trained_steps, best_step = validation.curve[-1][0], validation.curve[-1][0]
+  if config.stopping_rule.patience:
+    best_step = config.stopping_rule.best(validation.curve)[0]
+    model.load_weights(os.path.join(output_dir, BEST_WEIGHTS))
   model.save_weights(os.path.join(output_dir, CHECKPOINT))
   export.export_model(model, model_config, os.path.join(output_dir, "export"))
 
   results = {
       "setting": "centralized",
-      "loss": config.loss,
-      "steps": epochs * steps_per_epoch,
-      "examples_seen": epochs * steps_per_epoch * config.batch_size,
+      "loss": config.objective.loss,
+      "steps": trained_steps,
+      "best_step": best_step,
+      "examples_seen": trained_steps * config.batch_size,
       "test": evaluation.evaluate(model, test, config.ks, config.batch_size),
       "most_popular_baseline": evaluation.evaluate(
           evaluation.popularity_score_fn(train, task.vocabulary_size), test,

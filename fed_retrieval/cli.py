@@ -4,11 +4,16 @@ Import this module before TensorFlow: it must isolate the network while the
 process is still single-threaded (see `tff_runtime.isolate_network`).
 """
 
+import logging as std_logging
 import os
 import sys
 from typing import Callable, Sequence
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# gRPC (TFF's worker channel) prints fork notices when the worker is started
+# from a threaded process; neither they nor its info logs help a user.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
@@ -17,6 +22,10 @@ from fed_retrieval import tff_runtime  # pylint: disable=g-import-not-at-top
 
 tff_runtime.isolate_network()
 logging.set_verbosity(logging.WARNING)
+# TensorFlow's Python warnings about Keras saving internals ("compiled metrics
+# have yet to be built", non-serializable __init__ arguments) are not the
+# user's to act on; errors still show.
+std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
 
 
 class UserError(Exception):

@@ -1,9 +1,17 @@
 """Centralized vs federated training of each loss: runs, table and plot.
 
-Budgets are matched by examples: each centralized run takes as many batches as
-the federated run of the same loss trained on in total (rounds x sampled
-clients' examples x local epochs, divided by the batch size), on the pooled
-examples of the same training users, and is tested on the same test users.
+Budgets (`budget`):
+- `converged` (default): every run trains until its validation recall@10 has
+  not improved for `patience` evaluations (or its cap), and reports the model
+  of its best evaluation (`early_stopping`), as the paper compares converged
+  models. The table says how many examples (and rounds or steps) each used.
+- `matched`: each federated run trains its `rounds`; each centralized run
+  then takes as many batches as the federated run of its loss trained on in
+  total, and both report their final model.
+Centralized runs train on the pooled examples of the federated training users
+and are validated and tested on the same users as the federated runs.
+Controls, when asked: the IID `federated_shuffled` run (examples dealt to
+users at random, counts kept) and `federated_sgd` (FedSGD: one step per round).
 """
 
 import csv
@@ -23,49 +31,70 @@ from fed_retrieval.centralized_training import CentralizedConfig
 from fed_retrieval.federated_process import FederatedConfig
 from tasks import movielens_task
 
+BUDGETS = ("converged", "matched")
 RECALL_KEYS = ("global_recall@1", "global_recall@5", "global_recall@10")
 CSV_COLUMNS = ("setting", "loss") + RECALL_KEYS + (
+    "examples_seen", "rounds", "best_round", "steps", "best_step",
     "drop_vs_centralized_same_loss@10", "drop_vs_best_centralized@10")
 
 
-def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str],
-                   federated: FederatedConfig, centralized_optimizer: str,
-                   centralized_learning_rate: float, output_dir: str,
-                   include_shuffled: bool = False,
-                   embedding_dim: int = 16) -> List[Dict[str, Any]]:
-  """Runs (or resumes) every run of the comparison; returns one row per run."""
-  settings = {"federated": movielens_task.build_task(task_config)}
+def federated_settings(include_shuffled: bool, include_fedsgd: bool
+                       ) -> Dict[str, Dict[str, Any]]:
+  """Setting name -> (task changes, federated config changes)."""
+  settings = {"federated": ({}, {})}
   if include_shuffled:
-    settings["federated_shuffled"] = movielens_task.build_task(
-        dataclasses.replace(task_config, shuffle_across_users=True))
-  task = settings["federated"]
+    settings["federated_shuffled"] = ({"shuffle_across_users": True}, {})
+  if include_fedsgd:
+    settings["federated_sgd"] = ({}, {"algorithm": "fedsgd"})
+  return settings
+
+
+def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str],
+                   federated: FederatedConfig, centralized: CentralizedConfig,
+                   output_dir: str, budget: str = "converged",
+                   include_shuffled: bool = False, include_fedsgd: bool = False,
+                   embedding_dim: int = 16) -> List[Dict[str, Any]]:
+  """Runs (or resumes) every run of the comparison; returns one row per run.
+
+  `federated` and `centralized` give everything but the loss (and, for the
+  matched budget, the patience and the centralized steps).
+  """
+  if budget not in BUDGETS:
+    raise ValueError(f"--budget must be one of {', '.join(BUDGETS)}, got '{budget}'")
+  if budget == "matched":
+    federated = dataclasses.replace(federated, patience=0)
+    # Equal chunks of at most one pass, so the budget is overshot by < 1 step
+    # per chunk (fixed-size evaluation chunks would round it up to a chunk).
+    centralized = dataclasses.replace(centralized, patience=0, eval_every_steps=None)
+  centralized = dataclasses.replace(centralized, split="user",
+                                    batch_size=federated.batch_size,
+                                    seed=federated.seed, ks=federated.ks)
+  tasks = {}
   rows = []
   for loss in losses:
-    # --spreadout_weight is meant for the *_spreadout losses only.
-    spreadout_weight = (federated.spreadout_weight
-                        if loss.endswith("_spreadout") else None)
-    config = dataclasses.replace(federated, loss=loss,
-                                 spreadout_weight=spreadout_weight)
+    objective = federated.objective.for_loss(loss)
     federated_rows = []
-    for setting, setting_task in settings.items():
+    for setting, (task_changes, config_changes) in federated_settings(
+        include_shuffled, include_fedsgd).items():
+      key = tuple(sorted(task_changes.items()))
+      if key not in tasks:
+        tasks[key] = movielens_task.build_task(
+            dataclasses.replace(task_config, **task_changes))
+      config = dataclasses.replace(federated, objective=objective, **config_changes)
       # The worker stops after each federated run: even idle it takes CPU
       # from the centralized run that follows.
       with tff_runtime.local_execution_context():
         results = federated_training.train_federated(
-            setting_task, config, os.path.join(output_dir, f"{setting}_{loss}"),
+            tasks[key], config, os.path.join(output_dir, f"{setting}_{loss}"),
             embedding_dim)
       federated_rows.append(_row(setting, loss, results, output_dir))
-    budget = federated_rows[0]["examples_seen"]
+    config = dataclasses.replace(centralized, objective=objective)
+    if budget == "matched":
+      config = dataclasses.replace(config, steps=math.ceil(
+          federated_rows[0]["examples_seen"] / federated.batch_size))
     central = centralized_training.train_centralized(
-        task, CentralizedConfig(
-            loss=loss, spreadout_weight=spreadout_weight,
-            temperature=federated.temperature, margin=federated.margin,
-            batch_size=federated.batch_size,
-            steps=math.ceil(budget / federated.batch_size),
-            optimizer=centralized_optimizer,
-            learning_rate=centralized_learning_rate, seed=federated.seed,
-            split="user", ks=federated.ks),
-        os.path.join(output_dir, f"centralized_{loss}"), embedding_dim)
+        tasks[()], config, os.path.join(output_dir, f"centralized_{loss}"),
+        embedding_dim)
     rows.append(_row("centralized", loss, central, output_dir))
     rows.extend(federated_rows)
     popularity = central["most_popular_baseline"]  # The same for every loss.
@@ -74,8 +103,9 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
 
 
 def _row(setting: str, loss: str, results: Dict[str, Any], output_dir: str):
+  keys = ("examples_seen", "rounds", "best_round", "steps", "best_step")
   return {"setting": setting, "loss": loss, **results["test"],
-          "examples_seen": results["examples_seen"],
+          **{k: results[k] for k in keys if k in results},
           "run_dir": os.path.join(output_dir, f"{setting}_{loss}")}
 
 
@@ -101,47 +131,59 @@ def write_csv(rows: Sequence[Dict[str, Any]], path: str) -> None:
       writer.writerow({k: row.get(k, "") for k in CSV_COLUMNS})
 
 
+def _budget_used(row: Dict[str, Any]) -> str:
+  """'733k ex, 45 rounds (best 40)' or '1.2M ex, 75k steps (best 60k)'."""
+  if row.get("examples_seen") in (None, ""):
+    return ""
+  examples = row["examples_seen"]
+  text = (f"{examples / 1e6:.2f}M ex" if examples >= 1e6 else f"{examples / 1e3:.0f}k ex")
+  if row.get("rounds") not in (None, ""):
+    return text + f", {row['rounds']} rounds (best {row['best_round']})"
+  return text + f", {row['steps']} steps (best {row['best_step']})"
+
+
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
   header = ("| setting | loss | recall@1 | recall@5 | recall@10 | drop vs same loss "
-            "| drop vs best centralized |")
-  lines = [header, "|" + "---|" * 7]
+            "| drop vs best centralized | trained on |")
+  lines = [header, "|" + "---|" * 8]
   percent = lambda v: "" if v is None or v == "" else f"{100 * v:.2f}%"
   for row in rows:
     lines.append("| " + " | ".join([
         row["setting"], row["loss"], *(percent(row[k]) for k in RECALL_KEYS),
         percent(row.get("drop_vs_centralized_same_loss@10")),
-        percent(row.get("drop_vs_best_centralized@10"))]) + " |")
+        percent(row.get("drop_vs_best_centralized@10")), _budget_used(row)]) + " |")
   return "\n".join(lines) + "\n"
 
 
-def plot_recall_vs_rounds(rows: Sequence[Dict[str, Any]], path: str) -> None:
-  """Validation global recall@10 per round of every federated run, with the
-  centralized test levels of the same losses as dashed lines."""
+def _validation_curve(run_dir: str) -> List[tuple]:
+  """(examples seen, validation global recall@10) of a run's evaluations."""
+  points = []
+  with open(os.path.join(run_dir, "metrics.csv")) as f:
+    for record in csv.DictReader(f):
+      if record.get("val_global_recall@10"):
+        points.append((float(record["examples_seen"]),
+                       float(record["val_global_recall@10"])))
+  return points
+
+
+def plot_recall_vs_examples(rows: Sequence[Dict[str, Any]], path: str) -> None:
+  """Validation global recall@10 of every run against the examples it had
+  trained on: federated solid (controls dotted), centralized dashed."""
   figure, axes = plt.subplots(figsize=(8, 5))
   colors = {}
+  styles = {"centralized": "--", "federated": "-"}
   for row in rows:
-    if not row["setting"].startswith("federated"):
+    if row["setting"] == "baseline":
+      axes.axhline(row["global_recall@10"], linestyle="-.", color="black",
+                   label="most popular (test)")
       continue
-    rounds, recalls = [], []
-    with open(os.path.join(row["run_dir"], "metrics.csv")) as f:
-      for record in csv.DictReader(f):
-        if record.get("val_global_recall@10"):
-          rounds.append(int(record["round"]))
-          recalls.append(float(record["val_global_recall@10"]))
-    style = "-" if row["setting"] == "federated" else ":"
-    line, = axes.plot(rounds, recalls, style, marker="o", markersize=3,
+    points = _validation_curve(row["run_dir"])
+    line, = axes.plot([p[0] / 1e6 for p in points], [p[1] for p in points],
+                      styles.get(row["setting"], ":"), marker="o", markersize=2,
                       color=colors.get(row["loss"]),
                       label=f"{row['setting']} {row['loss']}")
     colors[row["loss"]] = line.get_color()
-  for row in rows:
-    if row["setting"] == "centralized":
-      axes.axhline(row["global_recall@10"], linestyle="--",
-                   color=colors.get(row["loss"], "gray"),
-                   label=f"centralized {row['loss']} (test)")
-    elif row["setting"] == "baseline":
-      axes.axhline(row["global_recall@10"], linestyle="-.", color="black",
-                   label="most popular (test)")
-  axes.set_xlabel("round")
+  axes.set_xlabel("training examples seen (millions)")
   axes.set_ylabel("global recall@10 (validation users)")
   axes.set_title("Federated vs centralized dual-encoder retrieval")
   axes.legend(fontsize=7, loc="best")
@@ -152,10 +194,10 @@ def plot_recall_vs_rounds(rows: Sequence[Dict[str, Any]], path: str) -> None:
 
 
 def write_reports(rows: Sequence[Dict[str, Any]], output_dir: str) -> str:
-  """results.csv, results.md and recall_vs_rounds.png; returns the table."""
+  """results.csv, results.md and recall_curves.png; returns the table."""
   write_csv(rows, os.path.join(output_dir, "results.csv"))
   table = markdown_table(rows)
   with open(os.path.join(output_dir, "results.md"), "w") as f:
     f.write(table)
-  plot_recall_vs_rounds(rows, os.path.join(output_dir, "recall_vs_rounds.png"))
+  plot_recall_vs_examples(rows, os.path.join(output_dir, "recall_curves.png"))
   return table

@@ -4,6 +4,9 @@ One item-embedding table (row 0 = padding) is shared by both towers:
 - query tower: masked bag-of-words average of the context's item embeddings,
   then optional hidden Dense layers, then optional L2 normalization;
 - item tower: embedding lookup, then optional hidden layers and normalization.
+Spreadout (losses/spreadout.py) on the item table is the table's Keras
+regularizer; on the batch's context embeddings it is a loss-adding layer at
+the end of the query tower (only training adds it to the loss).
 The full model maps a context [B, L] to its scores against every item of the
 vocabulary [B, V] (column 0, padding, is -1e9), which is all the losses and the
 recall metrics need; `query_tower` and `item_tower` are sub-models for export.
@@ -15,7 +18,9 @@ from typing import Any, Dict, Optional, Tuple
 
 import tensorflow as tf
 
+from losses.spreadout import SpreadoutActivity
 from losses.spreadout import SpreadoutRegularizer
+from losses.spreadout import SpreadoutWeights
 
 PADDING_SCORE = -1e9
 
@@ -29,7 +34,7 @@ class DualEncoderConfig:
   context_hidden_dims: Tuple[int, ...] = ()
   item_hidden_dims: Tuple[int, ...] = ()
   normalize: bool = True
-  spreadout_weight: float = 0.0
+  spreadout: SpreadoutWeights = SpreadoutWeights()
 
   def __post_init__(self):
     if self.vocabulary_size < 2:
@@ -54,6 +59,7 @@ class DualEncoderConfig:
     values = json.loads(text)
     for key in ("context_hidden_dims", "item_hidden_dims"):
       values[key] = tuple(values[key])
+    values["spreadout"] = SpreadoutWeights(**values["spreadout"])
     return cls(**values)
 
 
@@ -107,8 +113,9 @@ def build_dual_encoder(config: DualEncoderConfig,
                        seed: Optional[int] = None) -> tf.keras.Model:
   """Builds the uncompiled functional model (TFF needs it uncompiled)."""
   initializer = tf.keras.initializers.RandomNormal(stddev=0.1, seed=seed)
-  regularizer = (SpreadoutRegularizer(config.spreadout_weight)
-                 if config.spreadout_weight > 0 else None)
+  spreadout = config.spreadout
+  regularizer = (SpreadoutRegularizer(spreadout.item, spreadout.form)
+                 if spreadout.item > 0 else None)
   table = tf.keras.layers.Embedding(
       config.vocabulary_size, config.embedding_dim,
       embeddings_initializer=initializer, embeddings_regularizer=regularizer,
@@ -125,6 +132,9 @@ def build_dual_encoder(config: DualEncoderConfig,
   for layer in _tower_head(config.context_hidden_dims, "context",
                            config.normalize):
     query = layer(query)
+  if spreadout.context > 0:
+    query = SpreadoutActivity(spreadout.context, spreadout.form,
+                              name="context_spreadout")(query)
   query_tower = tf.keras.Model(context, query, name="query_tower")
 
   scores = ScoreAllItems(item_tower, config.vocabulary_size,

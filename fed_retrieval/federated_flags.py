@@ -30,12 +30,18 @@ EVAL_EVERY = flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every,
                                   "Evaluate on the validation users every N rounds.")
 CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", _DEFAULTS.checkpoint_every,
                                         "Save the server state every N rounds.")
+PATIENCE = flags.DEFINE_integer(
+    "patience", _DEFAULTS.patience,
+    "Stop after this many validation evaluations without improvement "
+    "(0: train all --rounds); the best evaluated model is reported.")
+MIN_DELTA = flags.DEFINE_float(
+    "min_delta", _DEFAULTS.min_delta,
+    "Improvement of validation recall (absolute) that resets the patience.")
 
 
 def federated_config_from_flags(loss: str) -> FederatedConfig:
   return FederatedConfig(
-      loss=loss, spreadout_weight=model_flags.SPREADOUT_WEIGHT.value,
-      temperature=model_flags.TEMPERATURE.value, margin=model_flags.MARGIN.value,
+      objective=model_flags.objective_config_from_flags(loss),
       algorithm=ALGORITHM.value, rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       batch_size=model_flags.BATCH_SIZE.value,
@@ -44,4 +50,5 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       server_optimizer=SERVER_OPTIMIZER.value,
       server_learning_rate=SERVER_LEARNING_RATE.value,
       eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value,
+      patience=PATIENCE.value, min_delta=MIN_DELTA.value,
       seed=model_flags.SEED.value, ks=model_flags.ks_from_flag())

@@ -7,13 +7,14 @@ so it is not averaged in (see tests/test_federated_process.py).
 """
 
 import dataclasses
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval import dual_encoder
+from fed_retrieval import early_stopping
 from fed_retrieval import optimizers
 from fed_retrieval import recall_metrics
 from losses import registry
@@ -35,10 +36,7 @@ class FederatedConfig:
   cosine-scale gradients are ~1/T = 20 times smaller than the softmax losses',
   and Adam on the server normalizes that away (measured in the README).
   """
-  loss: str = "global_softmax"
-  spreadout_weight: Optional[float] = None
-  temperature: float = 0.05
-  margin: float = 0.9
+  objective: registry.ObjectiveConfig = registry.ObjectiveConfig()
   algorithm: str = "fedavg"
   rounds: int = 45
   clients_per_round: int = 100
@@ -50,6 +48,8 @@ class FederatedConfig:
   server_learning_rate: float = 0.02
   eval_every: int = 5
   checkpoint_every: int = 5
+  patience: int = 4
+  min_delta: float = 0.0
   seed: int = 0
   ks: Tuple[int, ...] = (1, 5, 10)
 
@@ -61,6 +61,14 @@ class FederatedConfig:
                  "eval_every", "checkpoint_every"):
       if getattr(self, name) < 1:
         raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+    self.stopping_rule  # Validates --patience and --min_delta.
+
+  @property
+  def stopping_rule(self) -> early_stopping.StoppingRule:
+    """Stop after `patience` evaluations without improvement (0: run all rounds)."""
+    if self.patience < 0:
+      raise ValueError(f"--patience must be >= 0, got {self.patience}")
+    return early_stopping.StoppingRule(self.patience or None, self.min_delta)
 
 
 def input_spec(max_context_length: int) -> Tuple[tf.TensorSpec, tf.TensorSpec]:
@@ -69,8 +77,8 @@ def input_spec(max_context_length: int) -> Tuple[tf.TensorSpec, tf.TensorSpec]:
           tf.TensorSpec([None], tf.int32))
 
 
-def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig, loss_name: str,
-                       temperature: float = 0.05, margin: float = 0.9,
+def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig,
+                       objective: registry.ObjectiveConfig,
                        ks: Sequence[int] = (), seed: int = 0) -> ModelFn:
   """A `model_fn` wrapping a fresh dual encoder, its loss and recall metrics.
 
@@ -82,8 +90,7 @@ def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig, loss_name: 
   def model_fn() -> tff.learning.models.VariableModel:
     return tff.learning.models.from_keras_model(
         dual_encoder.build_dual_encoder(model_config, seed=seed),
-        loss=registry.make_loss(registry.base_loss_name(loss_name), temperature,
-                                margin),
+        loss=objective.build().loss,
         input_spec=input_spec(model_config.max_context_length),
         metrics=recall_metrics.retrieval_metrics(ks) if ks else [])
 

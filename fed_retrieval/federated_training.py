@@ -3,13 +3,20 @@
 The output directory holds `run_config.json`, `checkpoints/` (tff.program
 state, every `checkpoint_every` rounds and at round 0), `metrics.csv` and
 `tensorboard/` (per round: training loss and metrics; every `eval_every`
-rounds: recall of the server model on the validation users), `checkpoint/`
-(final Keras weights), `export/` and `results.json`.
+rounds: recall of the server model on the validation users), `best/` (Keras
+weights of the best validation evaluation so far), `checkpoint/` (the
+reported model's Keras weights), `export/` and `results.json`.
+
+Convergence: the run stops when the validation recall@max(k) has not
+improved for `patience` evaluations (`early_stopping.StoppingRule`), or at
+`rounds`; it reports and exports the model of the best evaluation. With
+`patience` 0 it trains all `rounds` and reports the final model.
 
 Resuming: everything random is a function of (seed, round), client sampling
 and client shuffles included, and the state is restored from the latest
 checkpoint, so re-running a killed command finishes with the same model as an
-uninterrupted run. Metrics rows after that checkpoint are replaced.
+uninterrupted run. Metrics rows after that checkpoint are replaced; the
+validation curve (the stopping rule's only state) is read back from them.
 """
 
 import asyncio
@@ -17,7 +24,7 @@ import csv
 import dataclasses
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 import numpy as np
@@ -27,6 +34,7 @@ import tqdm
 
 from fed_retrieval import centralized_training
 from fed_retrieval import dual_encoder
+from fed_retrieval import early_stopping
 from fed_retrieval import evaluation
 from fed_retrieval import export
 from fed_retrieval import federated_process
@@ -38,6 +46,7 @@ from losses import registry
 from tasks import client_data
 from tasks.movielens_task import MovieLensTask
 
+BEST_WEIGHTS = os.path.join("best", "weights")
 
 
 def sample_clients(client_ids: Sequence[str], clients_per_round: int, seed: int,
@@ -71,15 +80,22 @@ def _load_latest_state(manager: tff.program.FileProgramStateManager, structure):
   return None, 0
 
 
-def _examples_seen_through(metrics_path: str, round_num: int) -> int:
-  """Examples trained on through `round_num`, from the metrics rows."""
+def _history_through(metrics_path: str, round_num: int,
+                     monitored: str) -> Tuple[int, List[Tuple[int, float]]]:
+  """(examples trained on, validation curve) through `round_num`, from the metrics."""
   if round_num == 0:
-    return 0
+    return 0, []
+  examples_seen, curve = None, []
   with open(metrics_path) as f:
     for row in csv.DictReader(f):
-      if int(row["round"]) == round_num:
-        return int(float(row["examples_seen"]))
-  raise ValueError(f"{metrics_path}: no row for checkpointed round {round_num}")
+      row_round = int(row["round"])
+      if row_round <= round_num and row.get(monitored):
+        curve.append((row_round, float(row[monitored])))
+      if row_round == round_num:
+        examples_seen = int(float(row["examples_seen"]))
+  if examples_seen is None:
+    raise ValueError(f"{metrics_path}: no row for checkpointed round {round_num}")
+  return examples_seen, curve
 
 
 def _training_metrics(output_metrics) -> Dict[str, float]:
@@ -88,15 +104,18 @@ def _training_metrics(output_metrics) -> Dict[str, float]:
           for name, value in train.items()}
 
 
-def setting_name(task: MovieLensTask) -> str:
-  return "federated_shuffled" if task.config.shuffle_across_users else "federated"
+def setting_name(task: MovieLensTask, config: FederatedConfig) -> str:
+  """'federated', or the control it is: 'federated_shuffled' (IID data),
+  'federated_sgd' (FedSGD)."""
+  return "_".join(["federated"] +
+                  (["shuffled"] if task.config.shuffle_across_users else []) +
+                  (["sgd"] if config.algorithm == "fedsgd" else []))
 
 
 def model_config_for(task: MovieLensTask, config: FederatedConfig,
                      embedding_dim: int) -> dual_encoder.DualEncoderConfig:
-  objective = registry.objective(config.loss, config.spreadout_weight,
-                                 config.temperature, config.margin)
-  return centralized_training.model_config_for(task, objective, embedding_dim)
+  return centralized_training.model_config_for(task, config.objective.build(),
+                                               embedding_dim)
 
 
 def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: str,
@@ -104,7 +123,7 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
                     progress: Optional[bool] = None) -> Dict[str, Any]:
   """Trains (or resumes, or returns the finished run's results) and exports."""
   model_config = model_config_for(task, config, embedding_dim)
-  setting = setting_name(task)
+  setting = setting_name(task, config)
   run_config = {"setting": setting, "task": task.config.describe(),
                 "model": dataclasses.asdict(model_config),
                 "training": dataclasses.asdict(config)}
@@ -117,8 +136,7 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
   client_ids = sorted(train_data.client_ids, key=int)
   process = federated_process.build_learning_process(
       federated_process.retrieval_model_fn(
-          model_config, config.loss, config.temperature, config.margin,
-          seed=config.seed), config)
+          model_config, config.objective, seed=config.seed), config)
   state_manager = tff.program.FileProgramStateManager(
       os.path.join(output_dir, "checkpoints"), keep_total=3)
   initial_state = process.initialize()
@@ -133,49 +151,66 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
   server_model = dual_encoder.build_dual_encoder(model_config)
 
   def evaluate(examples) -> Dict[str, float]:
-    federated_process.assign_weights(process, state, server_model)
     return evaluation.evaluate(server_model, examples, config.ks, config.batch_size)
 
   if progress is None:
     progress = sys.stderr.isatty()
   bar = tqdm.tqdm(total=config.rounds, initial=done_rounds, disable=not progress,
-                  unit="round", desc=f"{setting} {config.loss}")
-  examples_seen = _examples_seen_through(os.path.join(output_dir, "metrics.csv"),
-                                         done_rounds)
-  latest_recall = None
+                  unit="round", desc=f"{setting} {config.objective.loss}")
+  monitored = f"val_global_recall@{max(config.ks)}"
+  examples_seen, curve = _history_through(os.path.join(output_dir, "metrics.csv"),
+                                          done_rounds, monitored)
+  rule = config.stopping_rule
+  best_weights = os.path.join(output_dir, BEST_WEIGHTS)
+  latest_recall = curve[-1][1] if curve else None
+  trained_rounds = done_rounds
   for round_num in range(done_rounds + 1, config.rounds + 1):
+    if rule.should_stop(curve):
+      break
     clients = sample_clients(client_ids, config.clients_per_round, config.seed,
                              round_num)
     output = process.next(state, round_datasets(train_data, clients, config,
                                                 round_num))
     state = output.state
+    trained_rounds = round_num
     row = _training_metrics(output.metrics)
     examples_seen += int(row["train_num_examples"])
     row["examples_seen"] = examples_seen
     if round_num % config.eval_every == 0 or round_num == config.rounds:
+      federated_process.assign_weights(process, state, server_model)
       row.update({f"val_{k}": v for k, v in evaluate(task.federated_val).items()})
-      latest_recall = row[f"val_global_recall@{max(config.ks)}"]
+      latest_recall = row[monitored]
+      curve.append((round_num, latest_recall))
+      if rule.patience and rule.best(curve)[0] == round_num:
+        server_model.save_weights(best_weights)
     asyncio.run(metrics_csv.release(row, key=round_num))
     asyncio.run(tensorboard.release(row, key=round_num))
-    if round_num % config.checkpoint_every == 0 or round_num == config.rounds:
+    if (round_num % config.checkpoint_every == 0 or round_num == config.rounds or
+        rule.should_stop(curve)):
       asyncio.run(state_manager.save(state, round_num))
     bar.update(1)
     bar.set_postfix(loss=f"{row['train_loss']:.4f}",
                     recall=("-" if latest_recall is None else f"{latest_recall:.4f}"))
-    if not progress and f"val_global_recall@{max(config.ks)}" in row:
-      print(f"{setting} {config.loss}: round {round_num}/{config.rounds} "
+    if not progress and monitored in row:
+      print(f"{setting} {config.objective.loss}: round {round_num}/{config.rounds} "
             f"loss {row['train_loss']:.4f} val global_recall@{max(config.ks)} "
             f"{latest_recall:.4f}", file=sys.stderr, flush=True)
   bar.close()
 
-  federated_process.assign_weights(process, state, server_model)
+  if rule.patience:  # Converged: the best evaluated model (the last round always is).
+    best_round = rule.best(curve)[0]
+    server_model.load_weights(best_weights)
+  else:  # A fixed budget: the model after it.
+    best_round = trained_rounds
+    federated_process.assign_weights(process, state, server_model)
   server_model.save_weights(os.path.join(output_dir, centralized_training.CHECKPOINT))
   export.export_model(server_model, model_config, os.path.join(output_dir, "export"))
   results = {
       "setting": setting,
-      "loss": config.loss,
+      "loss": config.objective.loss,
       "algorithm": config.algorithm,
-      "rounds": config.rounds,
+      "rounds": trained_rounds,
+      "best_round": best_round,
       "clients_per_round": config.clients_per_round,
       "examples_seen": examples_seen,
       "test": evaluate(task.federated_test),

@@ -1,15 +1,32 @@
 """absl flags for the model and its objective, shared by the training scripts."""
 
+from typing import Optional
+
 from absl import flags
 
 from losses import registry
+from losses import spreadout
 
 LOSS = flags.DEFINE_enum("loss", "global_softmax", list(registry.LOSS_NAMES),
                          "Training objective.")
 SPREADOUT_WEIGHT = flags.DEFINE_float(
     "spreadout_weight", None,
-    f"Weight of the spreadout regularizer for the *_spreadout losses "
-    f"(default {registry.DEFAULT_SPREADOUT_WEIGHT}).")
+    "Weight of spreadout on the item table, for the *_spreadout losses "
+    f"(default {registry.DEFAULT_ITEM_SPREADOUT_WEIGHT}).")
+CONTEXT_SPREADOUT_WEIGHT = flags.DEFINE_float(
+    "context_spreadout_weight", 0.0,
+    "Weight of spreadout on the batch's context embeddings (*_spreadout losses).")
+CROSS_SPREADOUT_WEIGHT = flags.DEFINE_float(
+    "cross_spreadout_weight", 0.0,
+    "Weight of spreadout on the batch's off-diagonal context-item scores "
+    "(*_spreadout losses).")
+SPREADOUT_FORM = flags.DEFINE_enum(
+    "spreadout_form", "frobenius", list(spreadout.SPREADOUT_FORMS),
+    "frobenius: sqrt(sum_{i!=j} s_ij^2), the paper's code; mean: the mean of "
+    "s_ij^2 over pairs (a ~1/n weaker push per row).")
+HINGE_POWER = flags.DEFINE_integer(
+    "hinge_power", registry.DEFAULT_HINGE_POWER,
+    "1: max(0, margin - s); 2: its square (the paper's code).")
 TEMPERATURE = flags.DEFINE_float("temperature", 0.05,
                                  "Softmax temperature of the softmax losses.")
 MARGIN = flags.DEFINE_float("margin", 0.9, "Margin of the hinge loss (on cosine).")
@@ -20,6 +37,24 @@ SEED = flags.DEFINE_integer("seed", 0, "Seed of initialization and sampling.")
 OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", None, "Run directory (re-running the same command resumes).")
 KS = flags.DEFINE_list("k", ["1", "5", "10"], "Cut-offs of recall@k.")
+
+
+def spreadout_from_flags() -> Optional[spreadout.SpreadoutWeights]:
+  """The spreadout the flags ask for; None when they leave the default."""
+  if (SPREADOUT_WEIGHT.value is None and not CONTEXT_SPREADOUT_WEIGHT.value and
+      not CROSS_SPREADOUT_WEIGHT.value and SPREADOUT_FORM.value == "frobenius"):
+    return None
+  item = SPREADOUT_WEIGHT.value
+  return spreadout.SpreadoutWeights(
+      item=registry.DEFAULT_ITEM_SPREADOUT_WEIGHT if item is None else item,
+      context=CONTEXT_SPREADOUT_WEIGHT.value, cross=CROSS_SPREADOUT_WEIGHT.value,
+      form=SPREADOUT_FORM.value)
+
+
+def objective_config_from_flags(loss: str) -> registry.ObjectiveConfig:
+  return registry.ObjectiveConfig(
+      loss=loss, spreadout=spreadout_from_flags(), temperature=TEMPERATURE.value,
+      margin=MARGIN.value, hinge_power=HINGE_POWER.value)
 
 
 def ks_from_flag() -> tuple:

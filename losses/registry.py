@@ -1,4 +1,10 @@
-"""Loss names -> (Keras loss, spreadout weight): the objectives of the experiments."""
+"""Loss names -> objectives (a Keras loss plus where and how much spreadout).
+
+`<base>_spreadout` adds spreadout (losses/spreadout.py). Unless told otherwise
+it is the paper's H+S regularizer: the Frobenius form on the item table at
+`DEFAULT_ITEM_SPREADOUT_WEIGHT`, chosen on validation recall (README, "How the
+hinge + spreadout default was chosen").
+"""
 
 import dataclasses
 from typing import Optional, Tuple
@@ -6,29 +12,35 @@ from typing import Optional, Tuple
 import tensorflow as tf
 
 from losses import retrieval_losses
+from losses.spreadout import SpreadoutWeights
 
-# The named objectives; `<base>_spreadout` adds the spreadout regularizer.
 LOSS_NAMES: Tuple[str, ...] = ("batch_softmax", "batch_softmax_spreadout",
                                "hinge", "hinge_spreadout", "global_softmax")
-DEFAULT_SPREADOUT_WEIGHT = 1.0
+DEFAULT_ITEM_SPREADOUT_WEIGHT = 0.1
+DEFAULT_HINGE_POWER = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
-  """What a model is trained on: a loss over its scores plus spreadout on its table."""
+  """What a model is trained on: a loss over its scores (with any cross spreadout)
+  plus the spreadout the model adds on its item table and context embeddings."""
   name: str
   loss: tf.keras.losses.Loss
-  spreadout_weight: float
+  spreadout: SpreadoutWeights
 
 
-def make_loss(base_name: str, temperature: float = 0.05,
-              margin: float = 0.9) -> tf.keras.losses.Loss:
+def make_loss(base_name: str, temperature: float = 0.05, margin: float = 0.9,
+              hinge_power: int = DEFAULT_HINGE_POWER,
+              spreadout: SpreadoutWeights = SpreadoutWeights()
+              ) -> tf.keras.losses.Loss:
+  cross = {"cross_spreadout_weight": spreadout.cross,
+           "spreadout_form": spreadout.form}
   if base_name == "batch_softmax":
-    return retrieval_losses.BatchSoftmaxLoss(temperature)
+    return retrieval_losses.BatchSoftmaxLoss(temperature, **cross)
   if base_name == "global_softmax":
-    return retrieval_losses.GlobalSoftmaxLoss(temperature)
+    return retrieval_losses.GlobalSoftmaxLoss(temperature, **cross)
   if base_name == "hinge":
-    return retrieval_losses.HingeLoss(margin)
+    return retrieval_losses.HingeLoss(margin, hinge_power, **cross)
   raise ValueError(f"--loss: unknown loss '{base_name}'; choose one of "
                    f"{', '.join(LOSS_NAMES)}")
 
@@ -41,21 +53,57 @@ def base_loss_name(name: str) -> str:
   return name[:-len("_spreadout")] if name.endswith("_spreadout") else name
 
 
-def objective(name: str, spreadout_weight: Optional[float] = None,
-              temperature: float = 0.05, margin: float = 0.9) -> Objective:
-  """The named objective. `spreadout_weight` (default 1.0) is only for `*_spreadout`."""
-  base_name = base_loss_name(name)
-  uses_spreadout = base_name != name
-  if spreadout_weight is not None:
-    if spreadout_weight < 0:
-      raise ValueError(f"--spreadout_weight must be >= 0, got {spreadout_weight}")
-    if not uses_spreadout and spreadout_weight > 0:
-      raise ValueError(f"--spreadout_weight is for the *_spreadout losses; "
-                       f"--loss={name} has none (use {name}_spreadout)"
-                       if f"{name}_spreadout" in LOSS_NAMES else
-                       f"--spreadout_weight is for the *_spreadout losses, not "
-                       f"--loss={name}")
-  weight = 0.0
-  if uses_spreadout:
-    weight = DEFAULT_SPREADOUT_WEIGHT if spreadout_weight is None else spreadout_weight
-  return Objective(name, make_loss(base_name, temperature, margin), float(weight))
+def spreadout_for(name: str, spreadout: Optional[SpreadoutWeights] = None
+                  ) -> SpreadoutWeights:
+  """The spreadout of objective `name`: the given one, or the default.
+
+  Only `*_spreadout` objectives take spreadout; for them, `None` means the
+  paper's form on the item table at the default weight.
+  """
+  uses_spreadout = base_loss_name(name) != name
+  if spreadout is None:
+    return (SpreadoutWeights(item=DEFAULT_ITEM_SPREADOUT_WEIGHT)
+            if uses_spreadout else SpreadoutWeights())
+  if not uses_spreadout and spreadout.any:
+    raise ValueError(f"--spreadout_weight is for the *_spreadout losses; "
+                     f"--loss={name} has none (use {name}_spreadout)"
+                     if f"{name}_spreadout" in LOSS_NAMES else
+                     f"--spreadout_weight is for the *_spreadout losses, not "
+                     f"--loss={name}")
+  return spreadout
+
+
+def objective(name: str, spreadout: Optional[SpreadoutWeights] = None,
+              temperature: float = 0.05, margin: float = 0.9,
+              hinge_power: int = DEFAULT_HINGE_POWER) -> Objective:
+  """The named objective (see `spreadout_for` for the spreadout it gets)."""
+  weights = spreadout_for(name, spreadout)
+  return Objective(name, make_loss(base_loss_name(name), temperature, margin,
+                                   hinge_power, weights), weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveConfig:
+  """The settings of an objective, as training configs and run directories hold them.
+
+  `spreadout` None means the default of `spreadout_for`; `build` checks that
+  only `*_spreadout` losses are given spreadout.
+  """
+  loss: str = "global_softmax"
+  spreadout: Optional[SpreadoutWeights] = None
+  temperature: float = 0.05
+  margin: float = 0.9
+  hinge_power: int = DEFAULT_HINGE_POWER
+
+  def __post_init__(self):
+    base_loss_name(self.loss)
+
+  def build(self) -> Objective:
+    return objective(self.loss, self.spreadout, self.temperature, self.margin,
+                     self.hinge_power)
+
+  def for_loss(self, loss: str) -> "ObjectiveConfig":
+    """The same settings for another loss; spreadout only if it takes any."""
+    takes_spreadout = base_loss_name(loss) != loss
+    return dataclasses.replace(self, loss=loss,
+                               spreadout=self.spreadout if takes_spreadout else None)

@@ -9,14 +9,21 @@ loss picks what it needs, so the same objects serve Keras `fit` and TFF's
   negatives; depends on which items share a batch);
 - global softmax: softmax over all V items, s[i, :] / T (batch-insensitive);
 - hinge: max(0, margin - s[i, y_i])^p on positive pairs only (batch-insensitive;
-  needs the spreadout regularizer to avoid collapse).
+  needs the spreadout regularizer to avoid collapse). p = 2 by default: the
+  squared hinge of the paper's released code (and of FedAwS, paper 000 eq. 23).
 The temperature T lives in the softmax losses rather than the model, because
 the hinge margin is defined on the raw cosine.
+Every loss can add `cross_spreadout_weight * cross_spreadout(s[:, y])`, the
+spreadout of the batch's off-diagonal context-positive scores (see
+`losses/spreadout.py`); it is a batch-level term, added to each example's loss
+so that Keras' mean over the batch adds it once.
 """
 
 from typing import Any, Dict
 
 import tensorflow as tf
+
+from losses import spreadout
 
 
 def _labels(y_true: tf.Tensor) -> tf.Tensor:
@@ -29,8 +36,38 @@ def _check_positive(value: float, name: str) -> float:
   return float(value)
 
 
+class RetrievalLoss(tf.keras.losses.Loss):
+  """A per-example retrieval loss plus the optional cross spreadout of the batch."""
+
+  def __init__(self, cross_spreadout_weight: float = 0.0,
+               spreadout_form: str = "frobenius", **kwargs):
+    super().__init__(**kwargs)
+    if cross_spreadout_weight < 0:
+      raise ValueError("--cross_spreadout_weight must be >= 0, got "
+                       f"{cross_spreadout_weight}")
+    self.cross_spreadout_weight = float(cross_spreadout_weight)
+    self.spreadout_form = spreadout.check_form(spreadout_form)
+
+  def per_example(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
+    """The loss of each example [B] from its positive ids [B] and scores [B, V]."""
+    raise NotImplementedError
+
+  def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    labels = _labels(y_true)
+    losses = self.per_example(labels, y_pred)
+    if self.cross_spreadout_weight:
+      losses += self.cross_spreadout_weight * spreadout.cross_spreadout(
+          tf.gather(y_pred, labels, axis=1), self.spreadout_form)
+    return losses
+
+  def get_config(self) -> Dict[str, Any]:
+    return {**super().get_config(),
+            "cross_spreadout_weight": self.cross_spreadout_weight,
+            "spreadout_form": self.spreadout_form}
+
+
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")
-class BatchSoftmaxLoss(tf.keras.losses.Loss):
+class BatchSoftmaxLoss(RetrievalLoss):
   """Softmax cross-entropy against the other positives of the batch."""
 
   def __init__(self, temperature: float = 0.05,
@@ -40,9 +77,8 @@ class BatchSoftmaxLoss(tf.keras.losses.Loss):
     self.temperature = _check_positive(temperature, "temperature")
     self.remove_accidental_hits = bool(remove_accidental_hits)
 
-  def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-    labels = _labels(y_true)
-    logits = tf.gather(y_pred, labels, axis=1) / self.temperature  # [B, B]
+  def per_example(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
+    logits = tf.gather(scores, labels, axis=1) / self.temperature  # [B, B]
     if self.remove_accidental_hits:
       same_item = tf.equal(labels[:, None], labels[None, :])
       accidental = tf.logical_and(same_item, tf.logical_not(
@@ -57,7 +93,7 @@ class BatchSoftmaxLoss(tf.keras.losses.Loss):
 
 
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")
-class GlobalSoftmaxLoss(tf.keras.losses.Loss):
+class GlobalSoftmaxLoss(RetrievalLoss):
   """Softmax cross-entropy over the whole item vocabulary."""
 
   def __init__(self, temperature: float = 0.05, name: str = "global_softmax",
@@ -65,19 +101,19 @@ class GlobalSoftmaxLoss(tf.keras.losses.Loss):
     super().__init__(name=name, **kwargs)
     self.temperature = _check_positive(temperature, "temperature")
 
-  def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+  def per_example(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
     return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=_labels(y_true), logits=y_pred / self.temperature)
+        labels=labels, logits=scores / self.temperature)
 
   def get_config(self) -> Dict[str, Any]:
     return {**super().get_config(), "temperature": self.temperature}
 
 
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")
-class HingeLoss(tf.keras.losses.Loss):
+class HingeLoss(RetrievalLoss):
   """max(0, margin - s(context, positive))^power on positive pairs only."""
 
-  def __init__(self, margin: float = 0.9, power: int = 1, name: str = "hinge",
+  def __init__(self, margin: float = 0.9, power: int = 2, name: str = "hinge",
                **kwargs):
     super().__init__(name=name, **kwargs)
     self.margin = _check_positive(margin, "margin")
@@ -85,9 +121,8 @@ class HingeLoss(tf.keras.losses.Loss):
       raise ValueError(f"--hinge_power must be 1 or 2, got {power}")
     self.power = int(power)
 
-  def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-    labels = _labels(y_true)
-    positive = tf.gather(y_pred, labels[:, None], axis=1, batch_dims=1)[:, 0]
+  def per_example(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
+    positive = tf.gather(scores, labels[:, None], axis=1, batch_dims=1)[:, 0]
     return tf.pow(tf.nn.relu(self.margin - positive), float(self.power))
 
   def get_config(self) -> Dict[str, Any]:

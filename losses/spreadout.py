@@ -1,56 +1,144 @@
-"""Spreadout regularizer: pushes the item embeddings of unrelated items apart.
+"""Spreadout: pushes the embeddings of unrelated items (or contexts) apart.
 
-Formula (the dual-encoder variant: a Frobenius norm of the off-diagonal
-similarities). With E the n x d item-embedding table without the padding row,
-rows L2-normalized when `normalize` (cosine similarities):
+Paper 004's hinge + spreadout (H+S) regularizes with the spreadout of Zhang et
+al. (2017); the paper's text lost the formula, and its released code
+(google-research/federated, dual_encoder) computes, for a set of embeddings E
+(rows L2-normalized, so s_ij are cosines),
 
-    spreadout(E) = sum_{i != j} (e_i . e_j)^2 / (n (n - 1))
-                 = (||E^T E||_F^2 - sum_i ||e_i||^4) / (n (n - 1)),
+    frobenius(E) = sqrt(sum_{i != j} s_ij^2) = ||E E^T - diag(E E^T)||_F,
 
-the mean squared similarity over all ordered pairs of distinct items. The second
-form costs O(n d^2) instead of O(n^2 d): the full 3,952-item table costs about
-one 16 x 16 Gram matrix per step. For unit rows its minimum is about
-(n / d - 1) / (n - 1) ~ 1/d (the rows form a tight frame), and random unit
-vectors give ~1/d as well, so it keeps embeddings from collapsing onto a few
-directions (what a positives-only hinge loss does without it). The regularizer
-adds `weight * spreadout(E)` to the loss.
+the Frobenius norm of the off-diagonal similarities. That is the default form.
+Its push on each embedding does not shrink with the number of rows n while
+the table is (partly) collapsed, which is where the hinge loss drives it: with
+similarities ~c, dS/de_i ~ n c and sqrt(S) ~ n c, so the gradient of sqrt(S)
+is O(1) per row.
+The alternative form `mean`,
+
+    mean(E) = sum_{i != j} s_ij^2 / (n (n - 1)),
+
+the mean squared cosine over ordered pairs, pushes each row with ~1/n of that
+strength (tests/test_losses.py checks both scalings): at n = 3,952 items the
+same weight pushes thousands of times harder in `frobenius`.
+
+Both are computed from S = ||E^T E||_F^2 - sum_i ||e_i||^4 in O(n d^2) rather
+than O(n^2 d): the full 3,952-item table costs one 16 x 16 Gram matrix.
+
+Where spreadout applies (each with its own weight, see `SpreadoutWeights`):
+- `item`: the item-embedding table without the padding row (the paper's H+S;
+  the released code's `spreadout_lambda` on the shared embedding layer);
+- `context`: the batch's context (query) embeddings;
+- `cross`: the off-diagonal similarities between the batch's contexts and the
+  batch's positive items, s(x_i, y_j) for i != j (in-batch negatives as a
+  regularizer rather than a softmax).
 """
 
+import dataclasses
 from typing import Any, Dict
 
 import tensorflow as tf
 
+SPREADOUT_FORMS = ("frobenius", "mean")
 
-def spreadout(embeddings: tf.Tensor, normalize: bool = True,
-              exclude_first_row: bool = True) -> tf.Tensor:
-  """Mean squared off-diagonal similarity of the rows of `embeddings`."""
+
+def check_form(form: str) -> str:
+  if form not in SPREADOUT_FORMS:
+    raise ValueError(f"--spreadout_form must be one of {', '.join(SPREADOUT_FORMS)}, "
+                     f"got '{form}'")
+  return form
+
+
+@dataclasses.dataclass(frozen=True)
+class SpreadoutWeights:
+  """How much spreadout an objective adds, where, and in which form."""
+  item: float = 0.0
+  context: float = 0.0
+  cross: float = 0.0
+  form: str = "frobenius"
+
+  def __post_init__(self):
+    for place in ("item", "context", "cross"):
+      prefix = "" if place == "item" else f"{place}_"
+      if getattr(self, place) < 0:
+        raise ValueError(f"--{prefix}spreadout_weight must be >= 0, got "
+                         f"{getattr(self, place)}")
+    check_form(self.form)
+
+  @property
+  def any(self) -> bool:
+    return self.item > 0 or self.context > 0 or self.cross > 0
+
+
+def reduce_off_diagonal(squared_sum: tf.Tensor, n: tf.Tensor, form: str) -> tf.Tensor:
+  """The spreadout of `form` from S = sum_{i != j} s_ij^2 over n rows."""
+  squared_sum = tf.maximum(squared_sum, 0.0)  # Rounding can make S slightly < 0.
+  if form == "frobenius":
+    # S > 0 for any two non-parallel rows; the floor keeps d sqrt finite.
+    return tf.sqrt(tf.maximum(squared_sum, 1e-12))
+  n = tf.cast(n, squared_sum.dtype)
+  return squared_sum / tf.maximum(n * (n - 1.0), 1.0)
+
+
+def spreadout(embeddings: tf.Tensor, form: str = "frobenius", normalize: bool = True,
+              exclude_first_row: bool = False) -> tf.Tensor:
+  """Spreadout of the rows of `embeddings` [n, d] (see the module docstring)."""
   if exclude_first_row:
     embeddings = embeddings[1:]
   if normalize:
     embeddings = tf.math.l2_normalize(embeddings, axis=1)
-  n = tf.cast(tf.shape(embeddings)[0], embeddings.dtype)
   gram = tf.matmul(embeddings, embeddings, transpose_a=True)
   all_pairs = tf.reduce_sum(tf.square(gram))
   self_pairs = tf.reduce_sum(tf.square(tf.reduce_sum(tf.square(embeddings), axis=1)))
-  return (all_pairs - self_pairs) / (n * (n - 1.0))
+  return reduce_off_diagonal(all_pairs - self_pairs, tf.shape(embeddings)[0], form)
+
+
+def cross_spreadout(batch_scores: tf.Tensor, form: str = "frobenius") -> tf.Tensor:
+  """Spreadout of the off-diagonal entries of a square [B, B] score matrix."""
+  off_diagonal = tf.linalg.set_diag(batch_scores, tf.zeros_like(
+      tf.linalg.diag_part(batch_scores)))
+  return reduce_off_diagonal(tf.reduce_sum(tf.square(off_diagonal)),
+                             tf.shape(batch_scores)[0], form)
 
 
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")
 class SpreadoutRegularizer(tf.keras.regularizers.Regularizer):
-  """`weight * spreadout(table)` as a Keras embeddings regularizer."""
+  """`weight * spreadout(table)` as a Keras embeddings regularizer (padding row out)."""
 
-  def __init__(self, weight: float = 1.0, normalize: bool = True,
-               exclude_first_row: bool = True):
+  def __init__(self, weight: float = 1.0, form: str = "frobenius",
+               normalize: bool = True, exclude_first_row: bool = True):
     if weight < 0:
       raise ValueError(f"--spreadout_weight must be >= 0, got {weight}")
     self.weight = float(weight)
+    self.form = check_form(form)
     self.normalize = bool(normalize)
     self.exclude_first_row = bool(exclude_first_row)
 
   def __call__(self, embeddings: tf.Tensor) -> tf.Tensor:
-    return self.weight * spreadout(embeddings, self.normalize,
+    return self.weight * spreadout(embeddings, self.form, self.normalize,
                                    self.exclude_first_row)
 
   def get_config(self) -> Dict[str, Any]:
-    return {"weight": self.weight, "normalize": self.normalize,
+    return {"weight": self.weight, "form": self.form, "normalize": self.normalize,
             "exclude_first_row": self.exclude_first_row}
+
+
+@tf.keras.utils.register_keras_serializable(package="fed_retrieval")
+class SpreadoutActivity(tf.keras.layers.Layer):
+  """Identity layer that adds `weight * spreadout(batch outputs)` to the model's losses.
+
+  Unlike a Keras `activity_regularizer`, the value is not divided by the batch
+  size: the weight means the same as the item-table weight.
+  """
+
+  def __init__(self, weight: float, form: str = "frobenius", **kwargs):
+    super().__init__(**kwargs)
+    if weight < 0:
+      raise ValueError(f"--context_spreadout_weight must be >= 0, got {weight}")
+    self.weight = float(weight)
+    self.form = check_form(form)
+
+  def call(self, inputs):
+    self.add_loss(self.weight * spreadout(inputs, self.form))
+    return inputs
+
+  def get_config(self) -> Dict[str, Any]:
+    return {**super().get_config(), "weight": self.weight, "form": self.form}

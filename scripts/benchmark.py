@@ -1,8 +1,11 @@
-"""Throughput of the federated simulation vs centralized Keras on the same model.
+"""Throughput of the federated simulation and centralized Keras vs a tight loop.
 
   python -m scripts.benchmark --synthetic=ml1m --loss=batch_softmax
 Prints one JSON object: federated_examples_per_sec, centralized_examples_per_sec,
-ratio (federated / centralized), seconds_per_round, peak_rss_mb and details.
+ratio (federated / centralized), tight_loop_examples_per_sec (plain SGD steps
+in a tf.function over batches in memory: the reference),
+federated_fraction_of_tight_loop, centralized_fraction_of_tight_loop,
+seconds_per_round, peak_rss_mb and details.
 """
 
 import json
@@ -13,6 +16,7 @@ from absl import flags
 from fed_retrieval import model_flags
 from fed_retrieval import throughput
 from fed_retrieval.federated_process import FederatedConfig
+from losses import registry
 from tasks import movielens_task
 from tasks import task_flags
 
@@ -26,27 +30,36 @@ _STEPS_PER_EXECUTION = flags.DEFINE_list(
 def main(argv) -> None:
   del argv
   task = movielens_task.build_task(task_flags.task_config_from_flags())
-  config = FederatedConfig(loss=model_flags.LOSS.value,
+  loss = model_flags.LOSS.value
+  config = FederatedConfig(objective=registry.ObjectiveConfig(loss),
                            clients_per_round=_CLIENTS_PER_ROUND.value,
                            batch_size=model_flags.BATCH_SIZE.value,
                            seed=model_flags.SEED.value)
   federated = throughput.federated_throughput(task, config, _ROUNDS.value)
+  num_examples = int(federated["examples_per_round"] * _ROUNDS.value)
   centralized = {
       int(s): throughput.centralized_throughput(
-          task, config.loss, config.batch_size,
-          int(federated["examples_per_round"] * _ROUNDS.value), int(s))
+          task, loss, config.batch_size, num_examples, int(s))
       ["centralized_examples_per_sec"]
       for s in _STEPS_PER_EXECUTION.value}
-  best = max(centralized.values())
+  tight = {f"xla={jit}": throughput.tight_loop_throughput(
+      task, loss, config.batch_size, num_examples, jit) for jit in (False, True)}
+  best_centralized = max(centralized.values())
+  best_tight = max(tight.values())
+  federated_rate = federated["federated_examples_per_sec"]
   print(json.dumps({
-      "loss": config.loss,
-      "federated_examples_per_sec": round(federated["federated_examples_per_sec"], 1),
-      "centralized_examples_per_sec": round(best, 1),
-      "ratio": round(federated["federated_examples_per_sec"] / best, 3),
+      "loss": loss,
+      "federated_examples_per_sec": round(federated_rate, 1),
+      "centralized_examples_per_sec": round(best_centralized, 1),
+      "ratio": round(federated_rate / best_centralized, 3),
+      "tight_loop_examples_per_sec": round(best_tight, 1),
+      "federated_fraction_of_tight_loop": round(federated_rate / best_tight, 3),
+      "centralized_fraction_of_tight_loop": round(best_centralized / best_tight, 3),
       "seconds_per_round": round(federated["seconds_per_round"], 3),
       "examples_per_round": round(federated["examples_per_round"], 1),
       "centralized_by_steps_per_execution": {k: round(v, 1)
                                              for k, v in centralized.items()},
+      "tight_loop_by_xla": {k: round(v, 1) for k, v in tight.items()},
       "peak_rss_mb": round(throughput.own_peak_rss_mb() +
                            federated["worker_peak_rss_mb"], 1),
       "worker_peak_rss_mb": round(federated["worker_peak_rss_mb"], 1),

@@ -1,10 +1,14 @@
 """The main job: centralized vs federated training of each loss, as in the paper.
 
   python -m scripts.compare --synthetic=ml1m --output_dir=runs/compare \
-      [--losses=batch_softmax,hinge_spreadout] [--include_shuffled]
-Writes results.csv, results.md and recall_vs_rounds.png in --output_dir (one
-sub-directory per run; re-running resumes) and prints the table. Each
-centralized run trains on as many examples as the federated run of its loss.
+      [--losses=batch_softmax,hinge_spreadout] [--include_shuffled] [--include_fedsgd] \
+      [--budget=matched --rounds=45]
+Writes results.csv, results.md and recall_curves.png in --output_dir (one
+sub-directory per run; re-running resumes) and prints the table. By default
+every run trains until its validation recall@10 stops improving (--patience
+evaluations, capped by --rounds and --centralized_max_epochs); --budget=matched
+trains the federated runs for --rounds and each centralized run on as many
+examples.
 """
 
 from fed_retrieval import cli  # First: isolates the network, quiets TF.
@@ -13,18 +17,30 @@ from absl import flags
 from fed_retrieval import comparison
 from fed_retrieval import federated_flags
 from fed_retrieval import model_flags
+from fed_retrieval.centralized_training import CentralizedConfig
 from losses import registry
 from tasks import task_flags
 
 _LOSSES = flags.DEFINE_list(
     "losses", ["batch_softmax", "batch_softmax_spreadout", "hinge_spreadout",
                "global_softmax"], "Losses to compare.")
+_BUDGET = flags.DEFINE_enum(
+    "budget", "converged", list(comparison.BUDGETS),
+    "converged: every run until validation recall stops improving; matched: "
+    "federated --rounds, centralized on as many examples.")
 _INCLUDE_SHUFFLED = flags.DEFINE_bool(
     "include_shuffled", False, "Also train the IID 'federated shuffled' control.")
+_INCLUDE_FEDSGD = flags.DEFINE_bool(
+    "include_fedsgd", False, "Also train the FedSGD control (one step per round).")
 _CENTRALIZED_OPTIMIZER = flags.DEFINE_string("centralized_optimizer", "adam",
                                              "Optimizer of the centralized runs.")
-_CENTRALIZED_LEARNING_RATE = flags.DEFINE_float("centralized_learning_rate", 0.01,
-                                                "Learning rate of the centralized runs.")
+_CENTRALIZED_LEARNING_RATE = flags.DEFINE_float(
+    "centralized_learning_rate", 0.01, "Learning rate of the centralized runs.")
+_CENTRALIZED_MAX_EPOCHS = flags.DEFINE_integer(
+    "centralized_max_epochs", 10, "Cap of the converged centralized runs (passes).")
+_CENTRALIZED_EVAL_EVERY_STEPS = flags.DEFINE_integer(
+    "centralized_eval_every_steps", 10_000,
+    "Validation evaluation of the centralized runs every N batches.")
 flags.mark_flag_as_required("output_dir")
 
 
@@ -32,12 +48,17 @@ def main(argv) -> None:
   del argv
   for loss in _LOSSES.value:
     registry.base_loss_name(loss)  # Fails early, naming --loss, on a typo.
+  federated = federated_flags.federated_config_from_flags(_LOSSES.value[0])
+  centralized = CentralizedConfig(
+      epochs=_CENTRALIZED_MAX_EPOCHS.value,
+      eval_every_steps=_CENTRALIZED_EVAL_EVERY_STEPS.value,
+      patience=federated.patience, min_delta=federated.min_delta,
+      optimizer=_CENTRALIZED_OPTIMIZER.value,
+      learning_rate=_CENTRALIZED_LEARNING_RATE.value, split="user")
   rows = comparison.run_comparison(
-      task_flags.task_config_from_flags(), _LOSSES.value,
-      federated_flags.federated_config_from_flags(_LOSSES.value[0]),
-      _CENTRALIZED_OPTIMIZER.value, _CENTRALIZED_LEARNING_RATE.value,
-      model_flags.OUTPUT_DIR.value, _INCLUDE_SHUFFLED.value,
-      model_flags.EMBEDDING_DIM.value)
+      task_flags.task_config_from_flags(), _LOSSES.value, federated, centralized,
+      model_flags.OUTPUT_DIR.value, _BUDGET.value, _INCLUDE_SHUFFLED.value,
+      _INCLUDE_FEDSGD.value, model_flags.EMBEDDING_DIM.value)
   print(comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
 

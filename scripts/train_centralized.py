@@ -31,8 +31,7 @@ def main(argv) -> None:
   del argv
   task = movielens_task.build_task(task_flags.task_config_from_flags())
   config = centralized_training.CentralizedConfig(
-      loss=model_flags.LOSS.value, spreadout_weight=model_flags.SPREADOUT_WEIGHT.value,
-      temperature=model_flags.TEMPERATURE.value, margin=model_flags.MARGIN.value,
+      objective=model_flags.objective_config_from_flags(model_flags.LOSS.value),
       batch_size=model_flags.BATCH_SIZE.value, epochs=_EPOCHS.value,
       steps=_STEPS.value, optimizer=_OPTIMIZER.value,
       learning_rate=_LEARNING_RATE.value, seed=model_flags.SEED.value,

@@ -16,9 +16,10 @@ def fake_run(tmp_path, name, recalls):
   run_dir = os.path.join(tmp_path, name)
   os.makedirs(run_dir)
   with open(os.path.join(run_dir, "metrics.csv"), "w") as f:
-    f.write("round,train_loss,val_global_recall@10\n")
+    f.write("round,examples_seen,train_loss,val_global_recall@10\n")
     for round_num, recall in enumerate(recalls, start=1):
-      f.write(f"{round_num},1.0,{recall if recall is not None else ''}\n")
+      f.write(f"{round_num},{1000 * round_num},1.0,"
+              f"{recall if recall is not None else ''}\n")
   return run_dir
 
 
@@ -29,8 +30,11 @@ def rows(tmp_path):
                              ("centralized", "global_softmax", 0.20),
                              ("federated", "global_softmax", 0.19),
                              ("federated_shuffled", "global_softmax", 0.21)]:
+    used = ({"examples_seen": 1_500_000, "steps": 93_750, "best_step": 80_000}
+            if setting == "centralized" else
+            {"examples_seen": 733_000, "rounds": 45, "best_round": 40})
     result.append({"setting": setting, "loss": loss, "global_recall@1": r10 / 5,
-                   "global_recall@5": r10 / 2, "global_recall@10": r10,
+                   "global_recall@5": r10 / 2, "global_recall@10": r10, **used,
                    "run_dir": fake_run(tmp_path, f"{setting}_{loss}",
                                        [None, r10 / 2, None, r10])})
   result.append({"setting": "baseline", "loss": "most_popular", "global_recall@1": 0.0,
@@ -58,28 +62,47 @@ def test_reports(tmp_path):
                                              "baseline"]
   assert float(records[1]["drop_vs_centralized_same_loss@10"]) == pytest.approx(0.6)
   assert records[0]["drop_vs_centralized_same_loss@10"] == ""
-  assert "| federated | batch_softmax | 0.80% | 2.00% | 4.00% | 60.00% | 80.00% |" in table
+  assert (records[1]["examples_seen"], records[1]["rounds"], records[1]["best_round"],
+          records[1]["steps"]) == ("733000", "45", "40", "")
+  assert (records[0]["steps"], records[0]["best_step"], records[0]["rounds"]) == (
+      "93750", "80000", "")
+  assert ("| federated | batch_softmax | 0.80% | 2.00% | 4.00% | 60.00% | 80.00% "
+          "| 733k ex, 45 rounds (best 40) |") in table
+  assert "| 1.50M ex, 93750 steps (best 80000) |" in table
   with open(os.path.join(tmp_path, "results.md")) as f:
     assert f.read() == table
-  with open(os.path.join(tmp_path, "recall_vs_rounds.png"), "rb") as f:
+  with open(os.path.join(tmp_path, "recall_curves.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_compare_script_end_to_end(tmp_path):
+  """Converged budget with both controls; the runs stop by patience or caps."""
   result = subprocess.run(
       [sys.executable, "-m", "scripts.compare", "--synthetic=small",
-       "--losses=batch_softmax,hinge_spreadout", "--rounds=2", "--clients_per_round=5",
-       "--eval_every=1", "--include_shuffled", f"--output_dir={tmp_path}/cmp",
-       f"--cache_dir={tmp_path}/cache"],
+       "--losses=batch_softmax,hinge_spreadout", "--rounds=4", "--clients_per_round=5",
+       "--eval_every=1", "--patience=1", "--centralized_eval_every_steps=100",
+       "--centralized_max_epochs=1", "--include_shuffled", "--include_fedsgd",
+       f"--output_dir={tmp_path}/cmp", f"--cache_dir={tmp_path}/cache"],
       cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
   assert "| federated_shuffled | hinge_spreadout |" in result.stdout
+  assert "| federated_sgd | batch_softmax |" in result.stdout
+  assert "WARNING" not in result.stderr and "fork" not in result.stderr
   with open(os.path.join(tmp_path, "cmp", "results.csv")) as f:
     records = list(csv.DictReader(f))
   assert [(r["setting"], r["loss"]) for r in records] == [
       ("centralized", "batch_softmax"), ("federated", "batch_softmax"),
-      ("federated_shuffled", "batch_softmax"), ("centralized", "hinge_spreadout"),
-      ("federated", "hinge_spreadout"), ("federated_shuffled", "hinge_spreadout"),
+      ("federated_shuffled", "batch_softmax"), ("federated_sgd", "batch_softmax"),
+      ("centralized", "hinge_spreadout"), ("federated", "hinge_spreadout"),
+      ("federated_shuffled", "hinge_spreadout"), ("federated_sgd", "hinge_spreadout"),
       ("baseline", "most_popular")]
-  for name in ("results.md", "recall_vs_rounds.png"):
+  for record in records[:-1]:
+    if record["setting"] == "centralized":
+      assert int(record["best_step"]) <= int(record["steps"])
+      assert int(record["examples_seen"]) == 16 * int(record["steps"])
+    else:
+      assert 1 <= int(record["best_round"]) <= int(record["rounds"]) <= 4
+      # Patience 1: a run that stopped early did so one evaluation after its best.
+      assert int(record["rounds"]) in (4, int(record["best_round"]) + 1)
+  for name in ("results.md", "recall_curves.png"):
     assert os.path.getsize(os.path.join(tmp_path, "cmp", name)) > 0

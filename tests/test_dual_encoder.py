@@ -2,8 +2,11 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from fed_retrieval import dual_encoder
+from losses.spreadout import SpreadoutWeights
+from losses.spreadout import spreadout
 
 
 def test_scores_are_cosines_of_masked_mean_contexts_against_items():
@@ -41,14 +44,30 @@ def test_spreadout_is_a_model_loss_only_when_weighted():
   plain = dual_encoder.build_dual_encoder(
       dual_encoder.DualEncoderConfig(vocabulary_size=10), seed=0)
   spread = dual_encoder.build_dual_encoder(
-      dual_encoder.DualEncoderConfig(vocabulary_size=10, spreadout_weight=2.0), seed=0)
+      dual_encoder.DualEncoderConfig(vocabulary_size=10,
+                                     spreadout=SpreadoutWeights(item=2.0)), seed=0)
   assert plain.losses == [] and len(spread.losses) == 1
-  assert spread.losses[0].numpy() > 0
+  table = spread.get_layer("query_tower").get_layer("item_embeddings").embeddings
+  np.testing.assert_allclose(spread.losses[0].numpy(),
+                             2.0 * spreadout(table, exclude_first_row=True).numpy())
+
+
+def test_context_spreadout_is_the_spreadout_of_the_batch_queries():
+  model = dual_encoder.build_dual_encoder(
+      dual_encoder.DualEncoderConfig(vocabulary_size=10, max_context_length=3,
+                                     spreadout=SpreadoutWeights(context=0.5)), seed=0)
+  contexts = tf.constant([[1, 2, 0], [3, 0, 0], [4, 5, 6], [7, 1, 0]])
+  model(contexts, training=True)
+  queries = dual_encoder.query_tower(model)(contexts)
+  assert len(model.losses) == 1
+  np.testing.assert_allclose(model.losses[0].numpy(),
+                             0.5 * spreadout(queries).numpy(), rtol=1e-5)
 
 
 def test_config_json_round_trip_and_validation():
-  config = dual_encoder.DualEncoderConfig(vocabulary_size=30, context_hidden_dims=(8,),
-                                          item_hidden_dims=(8,))
+  config = dual_encoder.DualEncoderConfig(
+      vocabulary_size=30, context_hidden_dims=(8,), item_hidden_dims=(8,),
+      spreadout=SpreadoutWeights(item=0.1, cross=0.2, form="mean"))
   assert dual_encoder.DualEncoderConfig.from_json(config.to_json()) == config
   with pytest.raises(ValueError, match="output dimensions differ"):
     dual_encoder.DualEncoderConfig(vocabulary_size=30, context_hidden_dims=(8,))

@@ -7,6 +7,7 @@ import tensorflow_federated as tff
 
 from fed_retrieval import federated_process
 from fed_retrieval.federated_process import FederatedConfig
+from losses.registry import ObjectiveConfig
 
 W0 = np.array([0.5, -0.5], np.float32)
 # (x, y) of two clients; a linear model y = x . w with mean squared error.
@@ -95,7 +96,7 @@ def test_bad_optimizer_names_the_flag():
 def test_recall_metrics_run_in_tff_only_when_asked(tff_context, ks, expected):
   from fed_retrieval import dual_encoder  # pylint: disable=g-import-not-at-top
   config = dual_encoder.DualEncoderConfig(vocabulary_size=30, max_context_length=3)
-  model_fn = federated_process.retrieval_model_fn(config, "global_softmax", ks=ks)
+  model_fn = federated_process.retrieval_model_fn(config, ObjectiveConfig("global_softmax"), ks=ks)
   process = federated_process.build_learning_process(model_fn, FederatedConfig())
   contexts = np.array([[1, 2, 0], [3, 0, 0], [4, 5, 6]], np.int32)
   labels = np.array([7, 8, 9], np.int32)

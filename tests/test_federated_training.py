@@ -13,6 +13,7 @@ import pytest
 from fed_retrieval import federated_training
 from fed_retrieval.federated_process import FederatedConfig
 from tasks import movielens_task
+from losses.registry import ObjectiveConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_RUN = ["--synthetic=small", "--loss=hinge_spreadout", "--rounds=8",
@@ -42,7 +43,7 @@ def test_sampling_is_a_function_of_seed_and_round():
 def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
                                                         tmp_path):
   task = small_task(cache_dir)
-  config = FederatedConfig(loss="global_softmax", rounds=12, clients_per_round=20,
+  config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=12, clients_per_round=20,
                            client_learning_rate=0.5, eval_every=6,
                            checkpoint_every=6)
   results = federated_training.train_federated(task, config, str(tmp_path))
@@ -61,7 +62,7 @@ def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
 
 def test_shuffled_control_is_its_own_setting(tff_context, cache_dir, tmp_path):
   task = small_task(cache_dir, shuffle_across_users=True)
-  config = FederatedConfig(loss="batch_softmax", rounds=1, clients_per_round=5)
+  config = FederatedConfig(objective=ObjectiveConfig("batch_softmax"), rounds=1, clients_per_round=5)
   results = federated_training.train_federated(task, config, str(tmp_path))
   assert results["setting"] == "federated_shuffled"
   with open(os.path.join(tmp_path, "run_config.json")) as f:

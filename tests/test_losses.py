@@ -7,6 +7,7 @@ import tensorflow as tf
 from losses import registry
 from losses import retrieval_losses
 from losses import spreadout
+from losses.spreadout import SpreadoutWeights
 
 B, V, T = 6, 9, 0.3
 
@@ -95,42 +96,95 @@ def test_hinge(power):
   np.testing.assert_allclose(gradient, reference_gradient, atol=1e-9)
 
 
-def numpy_spreadout(table):
-  rows = table[1:] / np.linalg.norm(table[1:], axis=1, keepdims=True)
+def numpy_spreadout(table, form="frobenius", skip_padding=True):
+  rows = table[1:] if skip_padding else table
+  rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
   n = rows.shape[0]
-  return sum((rows[i] @ rows[j])**2 for i in range(n) for j in range(n) if i != j) / (
-      n * (n - 1))
+  squares = sum((rows[i] @ rows[j])**2 for i in range(n) for j in range(n) if i != j)
+  return np.sqrt(squares) if form == "frobenius" else squares / (n * (n - 1))
 
 
-def test_spreadout_value_and_gradient():
+def numeric_gradient(function, x, step=1e-6):
+  gradient = np.zeros_like(x)
+  for index in np.ndindex(*x.shape):
+    delta = np.zeros_like(x)
+    delta[index] = step
+    gradient[index] = (function(x + delta) - function(x - delta)) / (2 * step)
+  return gradient
+
+
+@pytest.mark.parametrize("form", ["frobenius", "mean"])
+def test_spreadout_value_and_gradient(form):
   table = np.random.default_rng(4).normal(size=(7, 3))
-  regularizer = spreadout.SpreadoutRegularizer(weight=2.5)
+  regularizer = spreadout.SpreadoutRegularizer(weight=2.5, form=form)
   variable = tf.Variable(table)
   with tf.GradientTape() as tape:
     value = regularizer(variable)
   gradient = tape.gradient(value, variable).numpy()
-  np.testing.assert_allclose(value.numpy(), 2.5 * numpy_spreadout(table), rtol=1e-10)
-  numeric = np.zeros_like(table)
-  for index in np.ndindex(*table.shape):
-    step = np.zeros_like(table)
-    step[index] = 1e-6
-    numeric[index] = 2.5 * (numpy_spreadout(table + step) -
-                            numpy_spreadout(table - step)) / 2e-6
-  np.testing.assert_allclose(gradient, numeric, atol=1e-7)
+  np.testing.assert_allclose(value.numpy(), 2.5 * numpy_spreadout(table, form),
+                             rtol=1e-10)
+  np.testing.assert_allclose(
+      gradient, numeric_gradient(lambda t: 2.5 * numpy_spreadout(t, form), table),
+      atol=1e-7)
   assert gradient[0].tolist() == [0, 0, 0]  # Padding row untouched.
+
+
+@pytest.mark.parametrize("form,expected_ratio", [("frobenius", 1.0), ("mean", 1 / 16)])
+def test_spreadout_push_per_row_versus_vocabulary_size(form, expected_ratio):
+  """On a half-collapsed table (what the hinge loss drives towards), Frobenius
+  pushes each row as hard at 1,600 rows as at 100; mean 16x less."""
+
+  def mean_row_push(n):
+    rng = np.random.default_rng(n)
+    table = tf.Variable(1.0 + 0.5 * rng.normal(size=(n + 1, 8)))
+    with tf.GradientTape() as tape:
+      value = spreadout.spreadout(table, form, exclude_first_row=True)
+    return np.linalg.norm(tape.gradient(value, table).numpy()[1:], axis=1).mean()
+
+  ratio = mean_row_push(1600) / mean_row_push(100)
+  assert expected_ratio / 1.5 < ratio < expected_ratio * 1.5
 
 
 def test_spreadout_is_lowest_for_orthogonal_rows():
   orthogonal = np.vstack([np.zeros(4), np.eye(4)])
   collapsed = np.vstack([np.zeros(4), np.ones((4, 4))])
-  assert spreadout.spreadout(tf.constant(orthogonal)).numpy() == pytest.approx(0.0)
-  assert spreadout.spreadout(tf.constant(collapsed)).numpy() == pytest.approx(1.0)
+  for form, collapsed_value in (("mean", 1.0), ("frobenius", np.sqrt(12.0))):
+    assert spreadout.spreadout(tf.constant(orthogonal), form,
+                               exclude_first_row=True).numpy() == pytest.approx(
+                                   0.0, abs=1e-6)
+    assert spreadout.spreadout(tf.constant(collapsed), form,
+                               exclude_first_row=True).numpy() == pytest.approx(
+                                   collapsed_value)
+
+
+@pytest.mark.parametrize("form", ["frobenius", "mean"])
+def test_cross_spreadout_is_added_to_every_loss(form):
+  labels, scores = random_case(6)
+  batch = scores[:, labels]
+  off_diagonal = batch[~np.eye(B, dtype=bool)]
+  squares = np.sum(off_diagonal**2)
+  cross = np.sqrt(squares) if form == "frobenius" else squares / (B * (B - 1))
+  for plain, with_cross in [
+      (retrieval_losses.HingeLoss(0.5),
+       retrieval_losses.HingeLoss(0.5, cross_spreadout_weight=0.7, spreadout_form=form)),
+      (retrieval_losses.GlobalSoftmaxLoss(T),
+       retrieval_losses.GlobalSoftmaxLoss(T, cross_spreadout_weight=0.7,
+                                          spreadout_form=form))]:
+    assert with_cross(labels, scores).numpy() == pytest.approx(
+        plain(labels, scores).numpy() + 0.7 * cross, rel=1e-6)
+
+
+def test_hinge_defaults_to_the_squared_hinge():
+  labels, scores = random_case(7)
+  reference, _ = numpy_hinge(labels, scores, 0.9, 2)
+  assert retrieval_losses.HingeLoss()(labels, scores).numpy() == pytest.approx(reference)
 
 
 @pytest.mark.parametrize("loss", [
     retrieval_losses.BatchSoftmaxLoss(0.1, remove_accidental_hits=True),
     retrieval_losses.GlobalSoftmaxLoss(0.2),
-    retrieval_losses.HingeLoss(0.5, power=2),
+    retrieval_losses.HingeLoss(0.5, power=1, cross_spreadout_weight=0.3,
+                               spreadout_form="mean"),
 ])
 def test_losses_rebuild_from_config(loss):
   rebuilt = type(loss).from_config(loss.get_config())
@@ -139,25 +193,35 @@ def test_losses_rebuild_from_config(loss):
 
 
 def test_spreadout_regularizer_rebuilds_from_config():
-  regularizer = spreadout.SpreadoutRegularizer(0.3, normalize=False)
+  regularizer = spreadout.SpreadoutRegularizer(0.3, form="mean", normalize=False)
   rebuilt = spreadout.SpreadoutRegularizer.from_config(regularizer.get_config())
   table = tf.constant(np.random.default_rng(0).normal(size=(5, 2)))
   assert rebuilt(table).numpy() == pytest.approx(regularizer(table).numpy())
 
 
 def test_registry_names_and_weights():
-  assert registry.objective("hinge_spreadout").spreadout_weight == \
-      registry.DEFAULT_SPREADOUT_WEIGHT
-  assert registry.objective("hinge_spreadout", 0.25).spreadout_weight == 0.25
-  assert registry.objective("global_softmax").spreadout_weight == 0.0
+  assert registry.objective("hinge_spreadout").spreadout == SpreadoutWeights(
+      item=registry.DEFAULT_ITEM_SPREADOUT_WEIGHT)
+  custom = SpreadoutWeights(item=0.25, cross=0.5)
+  built = registry.objective("hinge_spreadout", custom)
+  assert built.spreadout == custom and built.loss.cross_spreadout_weight == 0.5
+  assert built.loss.power == 2
+  assert not registry.objective("global_softmax").spreadout.any
   assert isinstance(registry.objective("batch_softmax_spreadout").loss,
                     retrieval_losses.BatchSoftmaxLoss)
+  config = registry.ObjectiveConfig("hinge_spreadout", custom)
+  assert config.for_loss("global_softmax").build().spreadout == SpreadoutWeights()
+  assert config.for_loss("batch_softmax_spreadout").spreadout == custom
 
 
 @pytest.mark.parametrize("call,message", [
     (lambda: registry.objective("softmax"), "--loss: unknown loss 'softmax'"),
-    (lambda: registry.objective("hinge_spreadout", -1.0), "--spreadout_weight must be >= 0"),
-    (lambda: registry.objective("hinge", 0.5), "use hinge_spreadout"),
+    (lambda: SpreadoutWeights(item=-1.0), "--spreadout_weight must be >= 0"),
+    (lambda: SpreadoutWeights(cross=-1.0), "--cross_spreadout_weight must be >= 0"),
+    (lambda: SpreadoutWeights(form="max"), "--spreadout_form must be one of"),
+    (lambda: registry.objective("hinge", SpreadoutWeights(item=0.5)),
+     "use hinge_spreadout"),
+    (lambda: retrieval_losses.HingeLoss(power=3), "--hinge_power must be 1 or 2"),
     (lambda: registry.objective("hinge", margin=-0.1), "--margin must be > 0"),
     (lambda: registry.objective("global_softmax", temperature=0), "--temperature must be > 0"),
 ])

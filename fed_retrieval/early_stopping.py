@@ -1,0 +1,50 @@
+"""When a run has converged: validation recall that stopped improving.
+
+One rule serves centralized and federated training, so both are compared at
+convergence: a run evaluates on the validation users every so often (rounds
+or steps), and stops once `patience` evaluations in a row have not beaten the
+best one by more than `min_delta` (absolute recall), or at its cap. The model
+it reports is the one of the best evaluation. The curve is all the state there
+is, so a resumed run rebuilds it from its metrics file.
+"""
+
+import dataclasses
+import math
+from typing import Optional, Sequence, Tuple
+
+Curve = Sequence[Tuple[int, float]]  # (round or step, validation recall)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoppingRule:
+  """Stop after `patience` evaluations without an improvement > `min_delta`.
+
+  `patience` None never stops early (a fixed budget: the cap).
+  """
+  patience: Optional[int] = 4
+  min_delta: float = 0.0
+
+  def __post_init__(self):
+    if self.patience is not None and self.patience < 1:
+      raise ValueError(f"--patience must be >= 1, got {self.patience}")
+    if self.min_delta < 0:
+      raise ValueError(f"--min_delta must be >= 0, got {self.min_delta}")
+
+  def best(self, curve: Curve) -> Tuple[int, float]:
+    """The (round, value) of the best evaluation: the first to beat all earlier
+    ones by more than `min_delta`, so ties and noise keep the earlier model."""
+    best_round, best_value = None, -math.inf
+    for round_num, value in curve:
+      if value > best_value + self.min_delta or best_round is None:
+        best_round, best_value = round_num, value
+    if best_round is None:
+      raise ValueError("No evaluation yet")
+    return best_round, best_value
+
+  def should_stop(self, curve: Curve) -> bool:
+    """True once the last `patience` evaluations came after the best one."""
+    if self.patience is None or not curve:
+      return False
+    best_round, _ = self.best(curve)
+    after_best = sum(1 for round_num, _ in curve if round_num > best_round)
+    return after_best >= self.patience
