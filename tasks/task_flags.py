@@ -3,12 +3,13 @@
 from absl import flags
 
 from tasks import movielens_task
+from tasks import synthetic_movielens
 
 _RATINGS_PATH = flags.DEFINE_string(
     "ratings_path", None,
     "MovieLens ratings file: ML-1M 'ratings.dat' or ML-20M/25M 'ratings.csv'.")
 _SYNTHETIC = flags.DEFINE_enum(
-    "synthetic", None, ["small", "ml1m"],
+    "synthetic", None, list(synthetic_movielens.PRESETS),
     "Use the embedded synthetic MovieLens-shaped data instead of --ratings_path.")
 _MAX_CONTEXT_LENGTH = flags.DEFINE_integer(
     "max_context_length", 10, "Previous items in a context, most recent first.")

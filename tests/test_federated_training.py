@@ -8,7 +8,9 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from fed_retrieval import federated_training
 from fed_retrieval.federated_process import FederatedConfig
@@ -58,6 +60,34 @@ def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
   popularity = 0.0446  # Most-popular recall@10 on the small preset's test users.
   assert results["test"]["global_recall@10"] > 1.5 * popularity
   assert os.path.isfile(os.path.join(tmp_path, "export", "export.json"))
+
+
+def test_early_stopping_reports_the_best_round_and_resumes_stopped(
+    tff_context, cache_dir, tmp_path):
+  """min_delta 1.0: no evaluation can beat the first, so with patience 2 the
+  run stops after the third evaluation (round 6) and reports round 2's model."""
+  task = small_task(cache_dir)
+  config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=20,
+                           clients_per_round=5, eval_every=2, checkpoint_every=4,
+                           patience=2, min_delta=1.0)
+  results = federated_training.train_federated(task, config, str(tmp_path))
+  assert (results["rounds"], results["best_round"]) == (6, 2)
+  with open(os.path.join(tmp_path, "metrics.csv")) as f:
+    rows = list(csv.DictReader(f))
+  assert [int(r["round"]) for r in rows] == list(range(1, 7))
+  assert results["examples_seen"] == sum(int(float(r["train_num_examples"])) for r in rows)
+
+  def weights(name):
+    reader = tf.train.load_checkpoint(os.path.join(tmp_path, name, "weights"))
+    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
+            if "OPTIMIZER" not in key and "embeddings" in key}
+
+  best, reported = weights("best"), weights("checkpoint")
+  assert best and all(np.array_equal(best[k], reported[k]) for k in best)
+  # A stopped run whose results were lost resumes without training further.
+  os.remove(os.path.join(tmp_path, "results.json"))
+  again = federated_training.train_federated(task, config, str(tmp_path))
+  assert again == results
 
 
 def test_shuffled_control_is_its_own_setting(tff_context, cache_dir, tmp_path):
