@@ -61,11 +61,10 @@ def _client_seed(seed: int, round_num: int, index: int) -> int:
   return int(np.random.SeedSequence([seed, round_num, index]).generate_state(1)[0])
 
 
-def round_datasets(data: tff.simulation.datasets.ClientData, clients: Sequence[str],
+def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
                    config: FederatedConfig, round_num: int) -> List[tf.data.Dataset]:
-  return [client_data.batch_for_training(
-      data.create_tf_dataset_for_client(client), config.batch_size,
-      config.local_epochs, _client_seed(config.seed, round_num, i))
+  return [data.training_dataset(client, config.batch_size, config.local_epochs,
+                                _client_seed(config.seed, round_num, i))
           for i, client in enumerate(clients)]
 
 
@@ -132,8 +131,8 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
     return finished
 
   tff_runtime.ensure_local_execution_context()
-  train_data = client_data.client_data_from_examples(task.federated_train)
-  client_ids = sorted(train_data.client_ids, key=int)
+  train_data = client_data.ClientDatasets(task.federated_train)
+  client_ids = train_data.client_ids
   process = federated_process.build_learning_process(
       federated_process.retrieval_model_fn(
           model_config, config.objective, seed=config.seed), config)

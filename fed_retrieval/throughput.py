@@ -40,8 +40,8 @@ def federated_throughput(task: MovieLensTask, config: FederatedConfig,
     process = federated_process.build_learning_process(
         federated_process.retrieval_model_fn(model_config, config.objective),
         config)
-    data = client_data.client_data_from_examples(task.federated_train)
-    client_ids = sorted(data.client_ids, key=int)
+    data = client_data.ClientDatasets(task.federated_train)
+    client_ids = data.client_ids
     state = process.initialize()
     examples, seconds = 0, 0.0
     for round_num in range(rounds + 1):

@@ -14,22 +14,27 @@ def make_examples():
 
 
 def test_one_client_per_user_with_its_examples():
-  data = client_data.client_data_from_examples(make_examples())
-  assert sorted(data.client_ids) == ["3", "5", "9"]
-  elements = list(data.create_tf_dataset_for_client("9").as_numpy_iterator())
+  data = client_data.ClientDatasets(make_examples())
+  assert data.client_ids == ["3", "5", "9"]
+  assert data.num_examples("3") == 3
+  elements = list(data.training_dataset("9", batch_size=1).unbatch().as_numpy_iterator())
   assert [label for _, label in elements] == [14, 15]
   np.testing.assert_array_equal(elements[0][0], [8, 9])
-  spec = data.element_type_structure
-  assert spec[0].shape.as_list() == [2] and spec[1].shape.as_list() == []
+  spec = data.training_dataset("5", 4).element_spec
+  assert spec[0].shape.as_list() == [None, 2] and spec[1].shape.as_list() == [None]
 
 
-def test_batching_keeps_the_short_last_batch_and_repeats_epochs():
-  dataset = client_data.client_data_from_examples(
-      make_examples()).create_tf_dataset_for_client("3")
-  batches = list(client_data.batch_for_training(dataset, batch_size=2, epochs=2,
-                                                shuffle_seed=1).as_numpy_iterator())
+def test_batching_keeps_the_short_last_batch_and_shuffles_each_epoch():
+  data = client_data.ClientDatasets(make_examples())
+  batches = list(data.training_dataset("3", batch_size=2, epochs=2,
+                                       shuffle_seed=1).as_numpy_iterator())
   assert [len(labels) for _, labels in batches] == [2, 2, 2]
-  assert sorted(np.concatenate([l for _, l in batches])) == [10, 10, 11, 11, 12, 12]
+  labels = np.concatenate([l for _, l in batches])
+  assert sorted(labels[:3]) == sorted(labels[3:]) == [10, 11, 12]
+  again = list(data.training_dataset("3", 2, 2, shuffle_seed=1).as_numpy_iterator())
+  assert np.array_equal(np.concatenate([l for _, l in again]), labels)
+  unshuffled = data.training_dataset("3", 2, 2).unbatch()
+  assert [int(l) for _, l in unshuffled] == [10, 11, 12, 10, 11, 12]
 
 
 def test_centralized_dataset_covers_every_example_once():
