@@ -36,13 +36,24 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
   """`absl.app.run` that turns bad input into one clear error line."""
   from tasks.ratings_io import RatingsFormatError  # pylint: disable=g-import-not-at-top
 
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from fed_retrieval import run_directory  # pylint: disable=g-import-not-at-top
+
   def guarded_main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
       raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     try:
       main(argv)
     except (UserError, RatingsFormatError, ValueError, FileNotFoundError) as e:
-      print(f"error: {e}", file=sys.stderr)
-      sys.exit(2)
+      _fail(str(e))
+    except OSError as e:  # Permissions, a full disk: name the path.
+      _fail(run_directory.describe_write_error(e.filename or "a file", e))
+    except (tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError) as e:
+      _fail(e.message.splitlines()[0])
 
   app.run(guarded_main)
+
+
+def _fail(message: str) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)

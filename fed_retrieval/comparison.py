@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
 from fed_retrieval import centralized_training
 from fed_retrieval import federated_training
+from fed_retrieval import run_directory
 from fed_retrieval import tff_runtime
 from fed_retrieval.centralized_training import CentralizedConfig
 from fed_retrieval.federated_process import FederatedConfig
@@ -61,6 +62,7 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
   """
   if budget not in BUDGETS:
     raise ValueError(f"--budget must be one of {', '.join(BUDGETS)}, got '{budget}'")
+  run_directory.lock_run_directory(output_dir)
   if budget == "matched":
     federated = dataclasses.replace(federated, patience=0)
     # Equal chunks of at most one pass, so the budget is overshot by < 1 step

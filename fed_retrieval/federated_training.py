@@ -12,7 +12,8 @@ improved for `patience` evaluations (`early_stopping.StoppingRule`), or at
 `rounds`; it reports and exports the model of the best evaluation. With
 `patience` 0 it trains all `rounds` and reports the final model.
 
-Resuming: everything random is a function of (seed, round), client sampling
+Checkpoints appear whole or not at all, and an unreadable one is set aside
+(`checkpoints`). Resuming: everything random is a function of (seed, round), client sampling
 and client shuffles included, and the state is restored from the latest
 checkpoint, so re-running a killed command finishes with the same model as an
 uninterrupted run. Metrics rows after that checkpoint are replaced; the
@@ -26,13 +27,13 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 import tqdm
 
 from fed_retrieval import centralized_training
+from fed_retrieval import checkpoints
 from fed_retrieval import dual_encoder
 from fed_retrieval import early_stopping
 from fed_retrieval import evaluation
@@ -66,17 +67,6 @@ def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
   return [data.training_dataset(client, config.batch_size, config.local_epochs,
                                 _client_seed(config.seed, round_num, i))
           for i, client in enumerate(clients)]
-
-
-def _load_latest_state(manager: tff.program.FileProgramStateManager, structure):
-  """The newest readable checkpoint (a damaged newest one falls back to older)."""
-  versions = sorted(asyncio.run(manager.get_versions()) or [], reverse=True)
-  for version in versions:
-    try:
-      return asyncio.run(manager.load(version, structure)), version
-    except Exception as e:  # pylint: disable=broad-except
-      logging.warning("Checkpoint %d unreadable (%s); trying an older one.", version, e)
-  return None, 0
 
 
 def _history_through(metrics_path: str, round_num: int,
@@ -136,10 +126,10 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
   process = federated_process.build_learning_process(
       federated_process.retrieval_model_fn(
           model_config, config.objective, seed=config.seed), config)
-  state_manager = tff.program.FileProgramStateManager(
+  state_manager = checkpoints.AtomicFileProgramStateManager(
       os.path.join(output_dir, "checkpoints"), keep_total=3)
   initial_state = process.initialize()
-  state, done_rounds = _load_latest_state(state_manager, initial_state)
+  state, done_rounds = checkpoints.load_latest_readable(state_manager, initial_state)
   if state is None:
     state = initial_state
     asyncio.run(state_manager.save(state, 0))

@@ -1,15 +1,59 @@
-"""A run's output directory: one configuration per directory, written once.
+"""A run's output directory: one configuration per directory, one process at a time.
 
 Re-running the same command resumes; a different configuration in an existing
-directory is refused with the settings that differ.
+directory is refused with the settings that differ. A process owns a directory
+through an OS file lock on `.lock` (held until it exits, released by the
+kernel however it ends): a second run on the same directory is refused,
+naming the owner's pid, before it writes anything there. A directory that
+cannot be written is reported in one line.
 """
 
+import errno
+import fcntl
 import json
 import os
 from typing import Any, Dict, Optional
 
 RUN_CONFIG = "run_config.json"
 RESULTS = "results.json"
+LOCK = ".lock"
+# Locks this process holds (directory -> open file): kept until exit.
+_held_locks: Dict[str, int] = {}
+
+
+class RunDirectoryError(ValueError):
+  """The output directory is in use by another run, or cannot be written."""
+
+
+def describe_write_error(path: str, error: OSError) -> str:
+  reason = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is full",
+            errno.EROFS: "the file system is read-only"}.get(
+                error.errno, error.strerror or str(error))
+  return f"cannot write {path}: {reason}"
+
+
+def lock_run_directory(output_dir: str) -> None:
+  """Makes this process the directory's only user, or refuses naming the owner."""
+  key = os.path.realpath(output_dir)
+  if key in _held_locks:
+    return
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+    fd = os.open(os.path.join(output_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
+  except OSError as e:
+    raise RunDirectoryError(f"--output_dir={output_dir}: "
+                            f"{describe_write_error(output_dir, e)}") from e
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    owner = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+    os.close(fd)
+    raise RunDirectoryError(
+        f"--output_dir={output_dir} is in use by another run (pid {owner}); wait "
+        "for it to finish or use another --output_dir") from None
+  os.ftruncate(fd, 0)
+  os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+  _held_locks[key] = fd
 
 
 def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -17,7 +61,8 @@ def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
-  """Creates or re-opens `output_dir` for `config`; refuses another config."""
+  """Locks, creates or re-opens `output_dir` for `config`; refuses another config."""
+  lock_run_directory(output_dir)
   config = _normalized(config)
   path = os.path.join(output_dir, RUN_CONFIG)
   if os.path.isfile(path):
@@ -31,11 +76,7 @@ def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
           f"--output_dir={output_dir} holds a run with another configuration "
           f"({'; '.join(differing)}); use a new --output_dir or the same flags")
     return
-  os.makedirs(output_dir, exist_ok=True)
-  temporary = path + ".tmp"
-  with open(temporary, "w") as f:
-    json.dump(config, f, indent=2, sort_keys=True)
-  os.replace(temporary, path)
+  write_json(path, config)
 
 
 def read_run_config(output_dir: str) -> Dict[str, Any]:
@@ -51,11 +92,14 @@ def read_json(path: str) -> Dict[str, Any]:
 
 
 def write_json(path: str, value: Dict[str, Any]) -> None:
-  """Writes JSON atomically."""
+  """Writes JSON atomically (a clear error if it cannot be written)."""
   temporary = path + ".tmp"
-  with open(temporary, "w") as f:
-    json.dump(value, f, indent=2, sort_keys=True)
-  os.replace(temporary, path)
+  try:
+    with open(temporary, "w") as f:
+      json.dump(value, f, indent=2, sort_keys=True)
+    os.replace(temporary, path)
+  except OSError as e:
+    raise RunDirectoryError(describe_write_error(path, e)) from e
 
 
 def open_run(output_dir: str, run_config: Dict[str, Any]) -> Optional[Dict[str, Any]]:

@@ -7,7 +7,9 @@ by us instead:
 - with PR_SET_PDEATHSIG=SIGKILL, so the kernel kills it when the parent dies in
   any way (normal exit, exception, Ctrl-C, SIGKILL);
 - with stdout/stderr to a log file (or /dev/null), never the parent's pipes;
-- stopped explicitly by `LocalWorker.stop`, by a context manager and at exit.
+- stopped explicitly by `LocalWorker.stop`, by a context manager and at exit;
+- watched: if it dies otherwise, the program ends at once with one error line
+  and exit code 3 (calls into a dead worker would block forever).
 The worker binary has no bind-address flag and listens on all interfaces. Call
 `isolate_network()` first thing in a program, while it is single-threaded: it
 moves the process into a private network namespace that has only loopback, so
@@ -26,6 +28,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from typing import Iterator, Optional
 
@@ -45,6 +48,7 @@ _GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 2 * 1000 * 1000 * 1000),
 ]
 _STARTUP_TIMEOUT_SECONDS = 120.0
+WORKER_DIED_EXIT_CODE = 3
 
 _network_isolated = False
 
@@ -162,7 +166,29 @@ class LocalWorker:
         raise RuntimeError("TFF worker did not become ready in "
                            f"{_STARTUP_TIMEOUT_SECONDS:.0f} s")
       time.sleep(0.1)
+    threading.Thread(target=self._exit_if_it_dies, args=(self._process,),
+                     name="tff-worker-watchdog", daemon=True).start()
     return stub
+
+  def _exit_if_it_dies(self, process: subprocess.Popen) -> None:
+    """Ends the program when the worker dies unless `stop` stopped it.
+
+    A call into a dead worker blocks forever (gRPC waits for it to come back),
+    so the program would hang at 0% CPU; exiting is the only way out that
+    loses nothing: checkpoints are atomic and a re-run resumes.
+    """
+    code = process.wait()
+    if self._process is not process:  # Stopped on purpose.
+      return
+    how = (f"killed by signal {signal.Signals(-code).name}" if code < 0
+           else f"exit code {code}")
+    sys.stdout.flush()
+    sys.stderr.write(
+        f"error: the TFF worker (pid {process.pid}, port {self.port}) died "
+        f"unexpectedly ({how}); re-run the same command to resume from the "
+        "last checkpoint\n")
+    sys.stderr.flush()
+    os._exit(WORKER_DIED_EXIT_CODE)  # pylint: disable=protected-access
 
   def stop(self) -> None:
     """Stops the worker (idempotent)."""

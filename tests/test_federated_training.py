@@ -4,8 +4,6 @@ import csv
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -16,11 +14,10 @@ from fed_retrieval import federated_training
 from fed_retrieval.federated_process import FederatedConfig
 from tasks import movielens_task
 from losses.registry import ObjectiveConfig
+from tests.script_runs import run_script
+from tests.script_runs import wait_for_round
+from tests.script_runs import worker_pids
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SMALL_RUN = ["--synthetic=small", "--loss=hinge_spreadout", "--rounds=8",
-             "--clients_per_round=10", "--client_learning_rate=0.5",
-             "--eval_every=4", "--checkpoint_every=2", "--seed=3"]
 
 
 @pytest.fixture(scope="module")
@@ -99,26 +96,6 @@ def test_shuffled_control_is_its_own_setting(tff_context, cache_dir, tmp_path):
     assert json.load(f)["task"]["shuffle_across_users"] is True
 
 
-def run_script(output_dir, cache, *extra):
-  return subprocess.Popen(
-      [sys.executable, "-m", "scripts.train_federated", *SMALL_RUN, *extra,
-       f"--output_dir={output_dir}", f"--cache_dir={cache}"],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def worker_pids():
-  pids = set()
-  for pid in os.listdir("/proc"):
-    if pid.isdigit():
-      try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-          if b"worker_binary" in f.read():
-            pids.add(int(pid))
-      except OSError:
-        pass
-  return pids
-
-
 def test_resume_after_sigkill_gives_the_same_results(cache_dir, tmp_path):
   uninterrupted = os.path.join(tmp_path, "uninterrupted")
   process = run_script(uninterrupted, cache_dir)
@@ -128,12 +105,7 @@ def test_resume_after_sigkill_gives_the_same_results(cache_dir, tmp_path):
   killed = os.path.join(tmp_path, "killed")
   workers_before = worker_pids()
   process = run_script(killed, cache_dir)
-  metrics = os.path.join(killed, "metrics.csv")
-  deadline = time.monotonic() + 600
-  while time.monotonic() < deadline:  # Kill between checkpoints (round 3).
-    if os.path.isfile(metrics) and "\n3," in open(metrics).read():
-      break
-    time.sleep(0.05)
+  wait_for_round(killed, 3)  # Kill between checkpoints (round 3).
   os.kill(process.pid, signal.SIGKILL)
   process.wait()
   time.sleep(1)

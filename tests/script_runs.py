@@ -1,0 +1,57 @@
+"""Helpers for tests that run the training scripts as real processes."""
+
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL_RUN = ["--synthetic=small", "--loss=hinge_spreadout", "--rounds=8",
+             "--clients_per_round=10", "--client_learning_rate=0.5",
+             "--eval_every=4", "--checkpoint_every=2", "--patience=0", "--seed=3"]
+
+
+def run_script(output_dir, cache, *extra, prefix=()):
+  """Starts scripts.train_federated on the small preset (`prefix`: a wrapper command)."""
+  return subprocess.Popen(
+      [*prefix, sys.executable, "-m", "scripts.train_federated", *SMALL_RUN, *extra,
+       f"--output_dir={output_dir}", f"--cache_dir={cache}"],
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def worker_pids():
+  """The pids of every running TFF worker_binary."""
+  pids = set()
+  for pid in os.listdir("/proc"):
+    if pid.isdigit():
+      try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+          if b"worker_binary" in f.read():
+            pids.add(int(pid))
+      except OSError:
+        pass
+  return pids
+
+
+def workers_of(parent_pid):
+  """The TFF workers that process `parent_pid` started."""
+  children = set()
+  for pid in worker_pids():
+    try:
+      with open(f"/proc/{pid}/stat") as f:
+        if int(f.read().rsplit(")", 1)[1].split()[1]) == parent_pid:
+          children.add(pid)
+    except OSError:
+      pass
+  return children
+
+
+def wait_for_round(output_dir, round_num, timeout=600):
+  """Blocks until the run's metrics.csv has a row for `round_num`."""
+  metrics = os.path.join(output_dir, "metrics.csv")
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if os.path.isfile(metrics) and f"\n{round_num}," in open(metrics).read():
+      return
+    time.sleep(0.05)
+  raise TimeoutError(f"{output_dir} never reached round {round_num}")

@@ -1,0 +1,115 @@
+"""Faults real runs meet, each injected for real: a dead worker, a torn
+checkpoint, a second run on the same directory, a read-only directory."""
+
+import csv
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.script_runs import run_script
+from tests.script_runs import wait_for_round
+from tests.script_runs import workers_of
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(cache_dir, tmp_path_factory):
+  """The results of the small run with nothing going wrong."""
+  output_dir = str(tmp_path_factory.mktemp("uninterrupted"))
+  process = run_script(output_dir, cache_dir)
+  _, stderr = process.communicate(timeout=600)
+  assert process.returncode == 0, stderr[-3000:]
+  with open(os.path.join(output_dir, "results.json")) as f:
+    return json.load(f)
+
+
+def results_of(output_dir):
+  with open(os.path.join(output_dir, "results.json")) as f:
+    return json.load(f)
+
+
+def finish(output_dir, cache_dir):
+  process = run_script(output_dir, cache_dir)
+  _, stderr = process.communicate(timeout=600)
+  assert process.returncode == 0, stderr[-3000:]
+  return stderr
+
+
+def test_dead_worker_ends_the_program_and_a_rerun_resumes(cache_dir, uninterrupted,
+                                                          tmp_path):
+  process = run_script(tmp_path, cache_dir)
+  wait_for_round(tmp_path, 3)
+  (worker,) = workers_of(process.pid)
+  os.kill(worker, signal.SIGKILL)
+  _, stderr = process.communicate(timeout=60)  # Bounded: no hang.
+  assert process.returncode == 3
+  last_line = stderr.strip().splitlines()[-1]
+  assert f"TFF worker (pid {worker}" in last_line and "re-run" in last_line
+  assert not os.path.exists(os.path.join(tmp_path, "results.json"))
+  finish(tmp_path, cache_dir)
+  assert results_of(tmp_path) == uninterrupted
+
+
+def test_torn_checkpoint_is_set_aside_and_the_run_finishes_the_same(
+    cache_dir, uninterrupted, tmp_path):
+  process = run_script(tmp_path, cache_dir)
+  wait_for_round(tmp_path, 5)  # Checkpoints of rounds 0, 2 and 4 exist.
+  os.kill(process.pid, signal.SIGKILL)
+  process.wait()
+  checkpoints = os.path.join(tmp_path, "checkpoints")
+  assert sorted(os.listdir(checkpoints)) == [
+      "program_state_0", "program_state_2", "program_state_4"]
+  (variables,) = glob.glob(os.path.join(
+      checkpoints, "program_state_4", "variables", "variables.data-*"))
+  with open(variables, "r+b") as f:  # Tear it, as a kill mid-write would.
+    f.truncate(os.path.getsize(variables) // 2)
+  stderr = finish(tmp_path, cache_dir)
+  assert "unreadable_program_state_4" in stderr
+  assert os.path.isdir(os.path.join(checkpoints, "unreadable_program_state_4"))
+  assert results_of(tmp_path) == uninterrupted
+
+
+def test_a_second_run_on_the_same_directory_is_refused(cache_dir, tmp_path):
+  long_run = "--rounds=500"  # Still running when the second one starts.
+  first = run_script(tmp_path, cache_dir, long_run)
+  wait_for_round(tmp_path, 1)
+  second = run_script(tmp_path, cache_dir, long_run)
+  _, stderr = second.communicate(timeout=300)
+  assert first.poll() is None, "the first run should still be running"
+  assert second.returncode == 2
+  assert stderr.strip().splitlines() == [
+      f"error: --output_dir={tmp_path} is in use by another run (pid {first.pid}); "
+      "wait for it to finish or use another --output_dir"]
+  first.send_signal(signal.SIGINT)
+  first.communicate(timeout=120)
+  with open(os.path.join(tmp_path, "metrics.csv")) as f:
+    rounds = [int(row["round"]) for row in csv.DictReader(f)]
+  assert rounds == list(range(1, len(rounds) + 1))  # One writer only.
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_read_only_output_directory_is_one_clear_error(cache_dir, tmp_path):
+  read_only = tmp_path / "read_only"
+  read_only.mkdir()
+  probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
+  if probe.returncode != 0:
+    pytest.skip("no permission for a private mount namespace")
+  # A read-only file system, which even root cannot write.
+  wrapper = ["unshare", "-m", "sh", "-c",
+             f"mount -t tmpfs -o ro tmpfs {read_only} && exec \"$@\"", "sh"]
+  process = run_script(read_only / "run", cache_dir, prefix=wrapper)
+  _, stderr = process.communicate(timeout=300)
+  assert process.returncode == 2
+  assert stderr.strip().splitlines() == [
+      f"error: --output_dir={read_only}/run: cannot write {read_only}/run: "
+      "the file system is read-only"]
