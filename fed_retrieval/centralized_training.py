@@ -69,9 +69,7 @@ class CentralizedConfig:
 
   @property
   def stopping_rule(self) -> early_stopping.StoppingRule:
-    if self.patience < 0:
-      raise ValueError(f"--patience must be >= 0, got {self.patience}")
-    return early_stopping.StoppingRule(self.patience or None, self.min_delta)
+    return early_stopping.StoppingRule.from_flags(self.patience, self.min_delta)
 
 
 def model_config_for(task: MovieLensTask, objective: registry.Objective,

@@ -30,6 +30,13 @@ class StoppingRule:
     if self.min_delta < 0:
       raise ValueError(f"--min_delta must be >= 0, got {self.min_delta}")
 
+  @classmethod
+  def from_flags(cls, patience: int, min_delta: float) -> "StoppingRule":
+    """--patience N (0: never stop early, train the whole budget), --min_delta."""
+    if patience < 0:
+      raise ValueError(f"--patience must be >= 0, got {patience}")
+    return cls(patience or None, min_delta)
+
   def best(self, curve: Curve) -> Tuple[int, float]:
     """The (round, value) of the best evaluation: the first to beat all earlier
     ones by more than `min_delta`, so ties and noise keep the earlier model."""

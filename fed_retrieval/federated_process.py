@@ -65,10 +65,7 @@ class FederatedConfig:
 
   @property
   def stopping_rule(self) -> early_stopping.StoppingRule:
-    """Stop after `patience` evaluations without improvement (0: run all rounds)."""
-    if self.patience < 0:
-      raise ValueError(f"--patience must be >= 0, got {self.patience}")
-    return early_stopping.StoppingRule(self.patience or None, self.min_delta)
+    return early_stopping.StoppingRule.from_flags(self.patience, self.min_delta)
 
 
 def input_spec(max_context_length: int) -> Tuple[tf.TensorSpec, tf.TensorSpec]:
