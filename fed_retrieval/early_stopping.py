@@ -3,7 +3,8 @@
 One rule serves centralized and federated training, so both are compared at
 convergence: a run evaluates on the validation users every so often (rounds
 or steps), and stops once `patience` evaluations in a row have not beaten the
-best one by more than `min_delta` (absolute recall), or at its cap. The model
+best one by more than a fraction `min_delta` of it (relative, so one setting
+serves a curve at 0.5% and one at 10%), or at its cap. The model
 it reports is the one of the best evaluation. The curve is all the state there
 is, so a resumed run rebuilds it from its metrics file.
 """
@@ -17,7 +18,7 @@ Curve = Sequence[Tuple[int, float]]  # (round or step, validation recall)
 
 @dataclasses.dataclass(frozen=True)
 class StoppingRule:
-  """Stop after `patience` evaluations without an improvement > `min_delta`.
+  """Stop after `patience` evaluations without an improvement > `min_delta` x best.
 
   `patience` None never stops early (a fixed budget: the cap).
   """
@@ -39,10 +40,11 @@ class StoppingRule:
 
   def best(self, curve: Curve) -> Tuple[int, float]:
     """The (round, value) of the best evaluation: the first to beat all earlier
-    ones by more than `min_delta`, so ties and noise keep the earlier model."""
+    ones by more than `min_delta` x their best, so ties and noise keep the
+    earlier model."""
     best_round, best_value = None, -math.inf
     for round_num, value in curve:
-      if value > best_value + self.min_delta or best_round is None:
+      if best_round is None or value > best_value * (1.0 + self.min_delta):
         best_round, best_value = round_num, value
     if best_round is None:
       raise ValueError("No evaluation yet")

@@ -36,7 +36,8 @@ PATIENCE = flags.DEFINE_integer(
     "(0: train all --rounds); the best evaluated model is reported.")
 MIN_DELTA = flags.DEFINE_float(
     "min_delta", _DEFAULTS.min_delta,
-    "Improvement of validation recall (absolute) that resets the patience.")
+    "Relative improvement of validation recall that resets the patience "
+    "(0.01: 1% better than the best so far).")
 
 
 def federated_config_from_flags(loss: str) -> FederatedConfig:

@@ -35,8 +35,8 @@ def test_a_longer_patience_sees_the_later_improvement():
 
 
 def test_min_delta_ignores_small_improvements():
-  rule = StoppingRule(patience=3, min_delta=0.02)
-  assert rule.best(CURVE) == (20, 0.30)  # 0.31 is not 0.02 better.
+  rule = StoppingRule(patience=3, min_delta=0.05)
+  assert rule.best(CURVE) == (20, 0.30)  # 0.31 is not 5% better than 0.30.
   assert stopping_round(rule, CURVE) == 35
 
 

@@ -61,12 +61,12 @@ def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
 
 def test_early_stopping_reports_the_best_round_and_resumes_stopped(
     tff_context, cache_dir, tmp_path):
-  """min_delta 1.0: no evaluation can beat the first, so with patience 2 the
+  """min_delta 100: no evaluation can beat the first, so with patience 2 the
   run stops after the third evaluation (round 6) and reports round 2's model."""
   task = small_task(cache_dir)
   config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=20,
                            clients_per_round=5, eval_every=2, checkpoint_every=4,
-                           patience=2, min_delta=1.0)
+                           patience=2, min_delta=100.0)
   results = federated_training.train_federated(task, config, str(tmp_path))
   assert (results["rounds"], results["best_round"]) == (6, 2)
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
