@@ -52,10 +52,6 @@ PRESETS = {
                                 max_ratings_per_user=1500, genre_concentration=0.2,
                                 popularity_exponent=0.8, sequel_probability=0.3,
                                 seed=1),
-    # A quarter of ml1m's users and items, for the first run (`make demo`).
-    "demo": SyntheticConfig(num_users=1500, num_items=1000, num_genres=18,
-                            mean_ratings_per_user=120, min_ratings_per_user=20,
-                            max_ratings_per_user=500),
 }
 
 
