@@ -18,7 +18,7 @@ import csv
 import dataclasses
 import math
 import os
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import matplotlib
 matplotlib.use("Agg")
@@ -40,7 +40,7 @@ CSV_COLUMNS = ("setting", "loss") + RECALL_KEYS + (
 
 
 def federated_settings(include_shuffled: bool, include_fedsgd: bool
-                       ) -> Dict[str, Dict[str, Any]]:
+                       ) -> Dict[str, Tuple[Dict[str, Any], Dict[str, Any]]]:
   """Setting name -> (task changes, federated config changes)."""
   settings = {"federated": ({}, {})}
   if include_shuffled:
