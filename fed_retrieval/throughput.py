@@ -62,15 +62,20 @@ def federated_throughput(task: MovieLensTask, config: FederatedConfig,
           "worker_peak_rss_mb": worker_peak_rss_mb}
 
 
-def centralized_throughput(task: MovieLensTask, loss: str, batch_size: int,
-                           num_examples: int, steps_per_execution: int,
-                           learning_rate: float = 0.01) -> Dict[str, float]:
-  """Examples/s of Keras `fit` over `num_examples` after a warm-up epoch."""
+def _objective_and_model(task: MovieLensTask, loss: str):
+  """The default objective of `loss` and a fresh dual encoder for it."""
   objective = registry.objective(loss)
   config = dual_encoder.DualEncoderConfig(task.vocabulary_size,
                                           task.config.max_context_length,
                                           spreadout=objective.spreadout)
-  model = dual_encoder.build_dual_encoder(config, seed=0)
+  return objective, dual_encoder.build_dual_encoder(config, seed=0)
+
+
+def centralized_throughput(task: MovieLensTask, loss: str, batch_size: int,
+                           num_examples: int, steps_per_execution: int,
+                           learning_rate: float = 0.01) -> Dict[str, float]:
+  """Examples/s of Keras `fit` over `num_examples` after a warm-up epoch."""
+  objective, model = _objective_and_model(task, loss)
   model.compile(optimizer=optimizers.keras_optimizer("sgd", learning_rate),
                 loss=objective.loss, steps_per_execution=steps_per_execution)
   dataset = client_data.centralized_dataset(task.federated_train, batch_size,
@@ -87,11 +92,7 @@ def tight_loop_throughput(task: MovieLensTask, loss: str, batch_size: int,
                           num_examples: int, jit_compile: bool,
                           learning_rate: float = 0.01) -> float:
   """Examples/s of plain SGD steps over pre-batched tensors, after a warm-up."""
-  objective = registry.objective(loss)
-  config = dual_encoder.DualEncoderConfig(task.vocabulary_size,
-                                          task.config.max_context_length,
-                                          spreadout=objective.spreadout)
-  model = dual_encoder.build_dual_encoder(config, seed=0)
+  objective, model = _objective_and_model(task, loss)
   optimizer = tf.keras.optimizers.SGD(learning_rate)
   examples = task.federated_train
   steps = max(1, min(num_examples, len(examples)) // batch_size)

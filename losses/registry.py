@@ -3,7 +3,7 @@
 `<base>_spreadout` adds spreadout (losses/spreadout.py). Unless told otherwise
 it is the paper's H+S regularizer: the Frobenius form on the item table at
 `DEFAULT_ITEM_SPREADOUT_WEIGHT`, chosen on validation recall (README, "How the
-hinge + spreadout default was chosen").
+defaults were chosen").
 """
 
 import dataclasses
@@ -53,6 +53,11 @@ def base_loss_name(name: str) -> str:
   return name[:-len("_spreadout")] if name.endswith("_spreadout") else name
 
 
+def takes_spreadout(name: str) -> bool:
+  """Whether objective `name` is a `*_spreadout` one."""
+  return base_loss_name(name) != name
+
+
 def spreadout_for(name: str, spreadout: Optional[SpreadoutWeights] = None
                   ) -> SpreadoutWeights:
   """The spreadout of objective `name`: the given one, or the default.
@@ -60,7 +65,7 @@ def spreadout_for(name: str, spreadout: Optional[SpreadoutWeights] = None
   Only `*_spreadout` objectives take spreadout; for them, `None` means the
   paper's form on the item table at the default weight.
   """
-  uses_spreadout = base_loss_name(name) != name
+  uses_spreadout = takes_spreadout(name)
   if spreadout is None:
     return (SpreadoutWeights(item=DEFAULT_ITEM_SPREADOUT_WEIGHT)
             if uses_spreadout else SpreadoutWeights())
@@ -104,6 +109,5 @@ class ObjectiveConfig:
 
   def for_loss(self, loss: str) -> "ObjectiveConfig":
     """The same settings for another loss; spreadout only if it takes any."""
-    takes_spreadout = base_loss_name(loss) != loss
-    return dataclasses.replace(self, loss=loss,
-                               spreadout=self.spreadout if takes_spreadout else None)
+    return dataclasses.replace(
+        self, loss=loss, spreadout=self.spreadout if takes_spreadout(loss) else None)
