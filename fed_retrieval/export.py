@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
-from fed_retrieval import dual_encoder
+from fed_retrieval.models import dual_encoder
 from tasks import atomic_output
 
 EXPORT_INFO = "export.json"

@@ -10,14 +10,14 @@ seconds_per_round, peak_rss_mb and details.
 
 import json
 
-from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval import model_flags
-from fed_retrieval import throughput
-from fed_retrieval.federated_process import FederatedConfig
+from fed_retrieval.models import model_flags
+from fed_retrieval.reports import throughput
+from fed_retrieval.algorithms.fedavg import FederatedConfig
 from losses import registry
-from tasks import movielens_task
+from tasks.movielens import movielens_task
 from tasks import task_flags
 
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed federated rounds (after one warm-up).")

@@ -11,13 +11,13 @@ trains the federated runs for --rounds and each centralized run on as many
 examples.
 """
 
-from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval import comparison
-from fed_retrieval import federated_flags
-from fed_retrieval import model_flags
-from fed_retrieval.centralized_training import CentralizedConfig
+from fed_retrieval.reports import comparison
+from fed_retrieval.training import federated_flags
+from fed_retrieval.models import model_flags
+from fed_retrieval.training.centralized_loop import CentralizedConfig
 from losses import registry
 from tasks import task_flags
 

@@ -7,14 +7,14 @@ Prints (and with --output writes) the same keys as a run's results.json.
 
 import json
 
-from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval import evaluation
+from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval import export
-from fed_retrieval import model_flags
-from fed_retrieval import run_directory
-from tasks import movielens_task
+from fed_retrieval.models import model_flags
+from fed_retrieval.training import run_directory
+from tasks.movielens import movielens_task
 from tasks import task_flags
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "An export directory.")
@@ -37,7 +37,7 @@ def main(argv) -> None:
         f"--max_context_length={task.config.max_context_length}, but "
         f"--model_dir was exported for {exported.config.max_context_length}")
   results = {"model_dir": _MODEL_DIR.value, "split": _SPLIT.value,
-             _SPLIT.value: evaluation.evaluate(
+             _SPLIT.value: retrieval_evaluation.evaluate(
                  exported.scores, task.split(_SPLIT.value), ks,
                  model_flags.BATCH_SIZE.value)}
   if _OUTPUT.value:

@@ -6,13 +6,13 @@
 import json
 import os
 
-from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval import dual_encoder
+from fed_retrieval.models import dual_encoder
 from fed_retrieval import export
-from fed_retrieval import run_directory
-from fed_retrieval.centralized_training import CHECKPOINT
+from fed_retrieval.training import run_directory
+from fed_retrieval.training.centralized_loop import CHECKPOINT
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Output directory of a training run.")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "Where to write the export.")

@@ -7,11 +7,11 @@
 
 import json
 
-from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from tasks import movielens_task
-from tasks import prepared_dataset
+from tasks.movielens import movielens_task
+from tasks.movielens import prepared_dataset
 from tasks import task_flags
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where to write the data.")

@@ -6,14 +6,14 @@
 the history are not recommended again unless --include_history.
 """
 
-from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
 import numpy as np
 import tensorflow as tf
 
 from fed_retrieval import export
-from tasks import movies_io
+from tasks.movielens import movies_io
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "An export directory.")
 _HISTORY = flags.DEFINE_list("history", None, "Movie ids watched, most recent last.")

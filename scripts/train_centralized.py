@@ -8,12 +8,12 @@ Writes metrics.csv, tensorboard/, checkpoint/, export/ and results.json in
 
 import json
 
-from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval import centralized_training
-from fed_retrieval import model_flags
-from tasks import movielens_task
+from fed_retrieval.training import centralized_loop
+from fed_retrieval.models import model_flags
+from tasks.movielens import movielens_task
 from tasks import task_flags
 
 _EPOCHS = flags.DEFINE_integer("epochs", 1, "Passes over the training data.")
@@ -30,13 +30,13 @@ flags.mark_flag_as_required("output_dir")
 def main(argv) -> None:
   del argv
   task = movielens_task.build_task(task_flags.task_config_from_flags())
-  config = centralized_training.CentralizedConfig(
+  config = centralized_loop.CentralizedConfig(
       objective=model_flags.objective_config_from_flags(model_flags.LOSS.value),
       batch_size=model_flags.BATCH_SIZE.value, epochs=_EPOCHS.value,
       steps=_STEPS.value, optimizer=_OPTIMIZER.value,
       learning_rate=_LEARNING_RATE.value, seed=model_flags.SEED.value,
       split=_SPLIT_BY.value, ks=model_flags.ks_from_flag())
-  results = centralized_training.train_centralized(
+  results = centralized_loop.train_centralized(
       task, config, model_flags.OUTPUT_DIR.value,
       embedding_dim=model_flags.EMBEDDING_DIM.value)
   print(json.dumps(results, indent=2))

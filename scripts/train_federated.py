@@ -8,13 +8,13 @@ checkpoint; --shuffle_across_users trains the IID "federated shuffled" control.
 
 import json
 
-from fed_retrieval import cli  # First: isolates the network, quiets TF.
+from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval import federated_flags
-from fed_retrieval import federated_training
-from fed_retrieval import model_flags
-from tasks import movielens_task
+from fed_retrieval.training import federated_flags
+from fed_retrieval.training import federated_loop
+from fed_retrieval.models import model_flags
+from tasks.movielens import movielens_task
 from tasks import task_flags
 
 flags.mark_flag_as_required("output_dir")
@@ -24,7 +24,7 @@ def main(argv) -> None:
   del argv
   task = movielens_task.build_task(task_flags.task_config_from_flags())
   config = federated_flags.federated_config_from_flags(model_flags.LOSS.value)
-  results = federated_training.train_federated(
+  results = federated_loop.train_federated(
       task, config, model_flags.OUTPUT_DIR.value,
       embedding_dim=model_flags.EMBEDDING_DIM.value)
   print(json.dumps(results, indent=2))

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from tasks.sequence_examples import Examples
+from tasks.movielens.sequence_examples import Examples
 
 
 def _tensor_slices(examples: Examples) -> tf.data.Dataset:

@@ -2,8 +2,8 @@
 
 from absl import flags
 
-from tasks import movielens_task
-from tasks import synthetic_movielens
+from tasks.movielens import movielens_task
+from tasks.movielens import synthetic_movielens
 
 _RATINGS_PATH = flags.DEFINE_string(
     "ratings_path", None,

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fed_retrieval import centralized_training
+from fed_retrieval.training import centralized_loop
 from fed_retrieval import export
-from tasks import movielens_task
+from tasks.movielens import movielens_task
 from losses.registry import ObjectiveConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,9 +27,9 @@ def small_task(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained_run(small_task, tmp_path_factory):
   output_dir = str(tmp_path_factory.mktemp("central"))
-  config = centralized_training.CentralizedConfig(objective=ObjectiveConfig("hinge_spreadout"), epochs=3,
+  config = centralized_loop.CentralizedConfig(objective=ObjectiveConfig("hinge_spreadout"), epochs=3,
                                                   split="user")
-  results = centralized_training.train_centralized(small_task, config, output_dir)
+  results = centralized_loop.train_centralized(small_task, config, output_dir)
   return output_dir, config, results
 
 
@@ -55,12 +55,12 @@ def test_training_lowers_the_loss_and_beats_popularity(small_task, trained_run):
 def test_finished_run_resumes_to_its_results_and_refuses_other_configs(
     small_task, trained_run):
   output_dir, config, results = trained_run
-  again = centralized_training.train_centralized(small_task, config, output_dir)
+  again = centralized_loop.train_centralized(small_task, config, output_dir)
   assert again == results
-  other = centralized_training.CentralizedConfig(objective=ObjectiveConfig("global_softmax"), epochs=3,
+  other = centralized_loop.CentralizedConfig(objective=ObjectiveConfig("global_softmax"), epochs=3,
                                                  split="user")
   with pytest.raises(ValueError, match="another configuration.*loss"):
-    centralized_training.train_centralized(small_task, other, output_dir)
+    centralized_loop.train_centralized(small_task, other, output_dir)
 
 
 def test_export_round_trip(small_task, trained_run):

@@ -3,7 +3,7 @@
 import numpy as np
 
 from tasks import client_data
-from tasks import sequence_examples as se
+from tasks.movielens import sequence_examples as se
 
 
 def make_examples():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fed_retrieval import comparison
+from fed_retrieval.reports import comparison
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fed_retrieval import dual_encoder
+from fed_retrieval.models import dual_encoder
 from losses.spreadout import SpreadoutWeights
 from losses.spreadout import spreadout
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fed_retrieval import centralized_training
-from fed_retrieval.early_stopping import StoppingRule
+from fed_retrieval.training import centralized_loop
+from fed_retrieval.training.early_stopping import StoppingRule
 
 # Rises to 0.30 at round 20, then noise below it: with patience 3 the run
 # stops at round 35 (25, 30, 35 came after the best) and reports round 20.
@@ -66,7 +66,7 @@ def test_keras_callback_stops_and_keeps_the_best_weights(tmp_path):
     return {"global_recall@10": values[step]}
 
   metrics_path = str(tmp_path / "metrics.csv")
-  callback = centralized_training.ValidationAndStopping(
+  callback = centralized_loop.ValidationAndStopping(
       evaluate, StoppingRule(patience=3), "val_global_recall@10", steps_per_epoch=5,
       batch_size=4, best_path=str(tmp_path / "best" / "weights"),
       metrics_path=metrics_path, label="test")
@@ -82,7 +82,7 @@ def test_keras_callback_stops_and_keeps_the_best_weights(tmp_path):
   assert [float(r["val_global_recall@10"]) for r in rows] == [v for _, v in CURVE[:7]]
   assert [int(r["examples_seen"]) for r in rows] == [20 * (i + 1) for i in range(7)]
   # A resumed run (Keras epoch 4 onwards) reads the earlier curve back.
-  resumed = centralized_training.ValidationAndStopping(
+  resumed = centralized_loop.ValidationAndStopping(
       evaluate, StoppingRule(patience=3), "val_global_recall@10", 5, 4,
       str(tmp_path / "b"), metrics_path, "test")
   resumed.on_epoch_begin(4)

@@ -7,7 +7,7 @@ import sys
 
 import tensorflow as tf
 
-from tasks import prepared_dataset
+from tasks.movielens import prepared_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from tasks import ratings_io
-from tasks.ratings_io import RatingsFormatError
+from tasks.movielens import ratings_io
+from tasks.movielens.ratings_io import RatingsFormatError
 
 
 def write(tmp_path, name: str, text: str) -> str:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fed_retrieval import recall_metrics
+from fed_retrieval.evaluation import recall_metrics
 
 
 def brute_force_rank(true_item, row, candidates):

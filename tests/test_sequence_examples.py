@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks import sequence_examples as se
+from tasks.movielens import sequence_examples as se
 
 
 def ratings(rows):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tasks import sequence_examples as se
-from tasks import synthetic_movielens as sm
+from tasks.movielens import sequence_examples as se
+from tasks.movielens import synthetic_movielens as sm
 
 
 @pytest.fixture(scope="module")

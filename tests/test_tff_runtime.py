@@ -15,8 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Starts a worker, runs one computation, prints the worker's pid, then waits.
 PROGRAM = """
 import sys, time
-from fed_retrieval import cli
-from fed_retrieval import tff_runtime
+from scripts import cli
+from fed_retrieval.runtime import tff_runtime
 import numpy as np
 import tensorflow_federated as tff
 worker = tff_runtime.set_local_execution_context()

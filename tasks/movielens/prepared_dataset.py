@@ -10,8 +10,8 @@ import os
 import tensorflow as tf
 
 from tasks import atomic_output
-from tasks.movielens_task import MovieLensTask
-from tasks.sequence_examples import Examples
+from tasks.movielens.movielens_task import MovieLensTask
+from tasks.movielens.sequence_examples import Examples
 
 
 def feature_spec(max_context_length: int) -> dict:

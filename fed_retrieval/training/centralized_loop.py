@@ -16,15 +16,15 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from fed_retrieval import dual_encoder
-from fed_retrieval import early_stopping
-from fed_retrieval import evaluation
+from fed_retrieval.models import dual_encoder
+from fed_retrieval.training import early_stopping
+from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval import export
-from fed_retrieval import optimizers
-from fed_retrieval import run_directory
+from fed_retrieval.algorithms import optimizers
+from fed_retrieval.training import run_directory
 from losses import registry
 from tasks import client_data
-from tasks.movielens_task import MovieLensTask
+from tasks.movielens.movielens_task import MovieLensTask
 
 CHECKPOINT = os.path.join("checkpoint", "weights")
 BEST_WEIGHTS = os.path.join("best", "weights")
@@ -186,7 +186,7 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
       train, config.batch_size, shuffle_seed=config.seed, epochs=1).repeat()
   metrics_path = os.path.join(output_dir, "metrics.csv")
   validation = ValidationAndStopping(
-      lambda m: evaluation.evaluate(m, curve, config.ks, config.batch_size),
+      lambda m: retrieval_evaluation.evaluate(m, curve, config.ks, config.batch_size),
       config.stopping_rule, f"val_global_recall@{max(config.ks)}", steps_per_epoch,
       config.batch_size, os.path.join(output_dir, BEST_WEIGHTS), metrics_path,
       f"centralized {config.objective.loss}")
@@ -212,9 +212,9 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
       "steps": trained_steps,
       "best_step": best_step,
       "examples_seen": trained_steps * config.batch_size,
-      "test": evaluation.evaluate(model, test, config.ks, config.batch_size),
-      "most_popular_baseline": evaluation.evaluate(
-          evaluation.popularity_score_fn(train, task.vocabulary_size), test,
+      "test": retrieval_evaluation.evaluate(model, test, config.ks, config.batch_size),
+      "most_popular_baseline": retrieval_evaluation.evaluate(
+          retrieval_evaluation.popularity_score_fn(train, task.vocabulary_size), test,
           config.ks, config.batch_size),
   }
   run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)

@@ -32,20 +32,20 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tqdm
 
-from fed_retrieval import centralized_training
-from fed_retrieval import checkpoints
-from fed_retrieval import dual_encoder
-from fed_retrieval import early_stopping
-from fed_retrieval import evaluation
+from fed_retrieval.training import centralized_loop
+from fed_retrieval.training import checkpoints
+from fed_retrieval.models import dual_encoder
+from fed_retrieval.training import early_stopping
+from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval import export
-from fed_retrieval import federated_process
-from fed_retrieval import recall_metrics
-from fed_retrieval import run_directory
-from fed_retrieval import tff_runtime
-from fed_retrieval.federated_process import FederatedConfig
+from fed_retrieval.algorithms import fedavg
+from fed_retrieval.evaluation import recall_metrics
+from fed_retrieval.training import run_directory
+from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.algorithms.fedavg import FederatedConfig
 from losses import registry
 from tasks import client_data
-from tasks.movielens_task import MovieLensTask
+from tasks.movielens.movielens_task import MovieLensTask
 
 BEST_WEIGHTS = os.path.join("best", "weights")
 
@@ -103,7 +103,7 @@ def setting_name(task: MovieLensTask, config: FederatedConfig) -> str:
 
 def model_config_for(task: MovieLensTask, config: FederatedConfig,
                      embedding_dim: int) -> dual_encoder.DualEncoderConfig:
-  return centralized_training.model_config_for(task, config.objective.build(),
+  return centralized_loop.model_config_for(task, config.objective.build(),
                                                embedding_dim)
 
 
@@ -123,8 +123,8 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
   tff_runtime.ensure_local_execution_context()
   train_data = client_data.ClientDatasets(task.federated_train)
   client_ids = train_data.client_ids
-  process = federated_process.build_learning_process(
-      federated_process.retrieval_model_fn(
+  process = fedavg.build_learning_process(
+      fedavg.retrieval_model_fn(
           model_config, config.objective, seed=config.seed), config)
   state_manager = checkpoints.AtomicFileProgramStateManager(
       os.path.join(output_dir, "checkpoints"), keep_total=3)
@@ -140,7 +140,7 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
   server_model = dual_encoder.build_dual_encoder(model_config)
 
   def evaluate(examples) -> Dict[str, float]:
-    return evaluation.evaluate(server_model, examples, config.ks, config.batch_size)
+    return retrieval_evaluation.evaluate(server_model, examples, config.ks, config.batch_size)
 
   if progress is None:
     progress = sys.stderr.isatty()
@@ -166,7 +166,7 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
     examples_seen += int(row["train_num_examples"])
     row["examples_seen"] = examples_seen
     if round_num % config.eval_every == 0 or round_num == config.rounds:
-      federated_process.assign_weights(process, state, server_model)
+      fedavg.assign_weights(process, state, server_model)
       row.update({f"val_{k}": v for k, v in evaluate(task.federated_val).items()})
       latest_recall = row[monitored]
       curve.append((round_num, latest_recall))
@@ -191,8 +191,8 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
     server_model.load_weights(best_weights)
   else:  # A fixed budget: the model after it.
     best_round = trained_rounds
-    federated_process.assign_weights(process, state, server_model)
-  server_model.save_weights(os.path.join(output_dir, centralized_training.CHECKPOINT))
+    fedavg.assign_weights(process, state, server_model)
+  server_model.save_weights(os.path.join(output_dir, centralized_loop.CHECKPOINT))
   export.export_model(server_model, model_config, os.path.join(output_dir, "export"))
   results = {
       "setting": setting,

@@ -18,7 +18,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
-from fed_retrieval import tff_runtime  # pylint: disable=g-import-not-at-top
+from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
 
 tff_runtime.isolate_network()
 logging.set_verbosity(logging.WARNING)
@@ -34,10 +34,10 @@ class UserError(Exception):
 
 def run(main: Callable[[Sequence[str]], None]) -> None:
   """`absl.app.run` that turns bad input into one clear error line."""
-  from tasks.ratings_io import RatingsFormatError  # pylint: disable=g-import-not-at-top
+  from tasks.movielens.ratings_io import RatingsFormatError  # pylint: disable=g-import-not-at-top
 
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from fed_retrieval import run_directory  # pylint: disable=g-import-not-at-top
+  from fed_retrieval.training import run_directory  # pylint: disable=g-import-not-at-top
 
   def guarded_main(argv: Sequence[str]) -> None:
     if len(argv) > 1:

@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fed_retrieval import federated_process
-from fed_retrieval.federated_process import FederatedConfig
+from fed_retrieval.algorithms import fedavg
+from fed_retrieval.algorithms.fedavg import FederatedConfig
 from losses.registry import ObjectiveConfig
 
 W0 = np.array([0.5, -0.5], np.float32)
@@ -37,7 +37,7 @@ def dataset(client):
 
 
 def run_round(config, clients):
-  process = federated_process.build_learning_process(linear_model_fn, config)
+  process = fedavg.build_learning_process(linear_model_fn, config)
   state = process.initialize()
   output = process.next(state, [dataset(c) for c in clients])
   return np.asarray(process.get_model_weights(output.state).trainable[0]).reshape(2)
@@ -87,7 +87,7 @@ def test_bad_configs_name_the_flag(field, value, message):
 
 def test_bad_optimizer_names_the_flag():
   with pytest.raises(ValueError, match="--server_optimizer: unknown optimizer 'lbfgs'"):
-    federated_process.build_learning_process(
+    fedavg.build_learning_process(
         linear_model_fn, FederatedConfig(server_optimizer="lbfgs"))
 
 
@@ -96,10 +96,10 @@ def test_bad_optimizer_names_the_flag():
     ((10,), {"global_recall_at_10", "batch_recall_at_10", "global_mean_rank"}),
 ])
 def test_recall_metrics_run_in_tff_only_when_asked(tff_context, ks, expected):
-  from fed_retrieval import dual_encoder  # pylint: disable=g-import-not-at-top
+  from fed_retrieval.models import dual_encoder  # pylint: disable=g-import-not-at-top
   config = dual_encoder.DualEncoderConfig(vocabulary_size=30, max_context_length=3)
-  model_fn = federated_process.retrieval_model_fn(config, ObjectiveConfig("global_softmax"), ks=ks)
-  process = federated_process.build_learning_process(model_fn, FederatedConfig())
+  model_fn = fedavg.retrieval_model_fn(config, ObjectiveConfig("global_softmax"), ks=ks)
+  process = fedavg.build_learning_process(model_fn, FederatedConfig())
   contexts = np.array([[1, 2, 0], [3, 0, 0], [4, 5, 6]], np.int32)
   labels = np.array([7, 8, 9], np.int32)
   data = tf.data.Dataset.from_tensor_slices((contexts, labels)).batch(2)

@@ -6,7 +6,7 @@ from typing import Dict
 
 import pandas as pd
 
-from tasks.ratings_io import RatingsFormatError
+from tasks.movielens.ratings_io import RatingsFormatError
 
 
 def read_movie_titles(path: str) -> Dict[int, str]:

@@ -2,10 +2,10 @@
 
 from absl import flags
 
-from fed_retrieval import model_flags
-from fed_retrieval.federated_process import ALGORITHMS
-from fed_retrieval.federated_process import FederatedConfig
-from fed_retrieval.optimizers import OPTIMIZER_NAMES
+from fed_retrieval.models import model_flags
+from fed_retrieval.algorithms.fedavg import ALGORITHMS
+from fed_retrieval.algorithms.fedavg import FederatedConfig
+from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
 
 _DEFAULTS = FederatedConfig()
 ALGORITHM = flags.DEFINE_enum("algorithm", _DEFAULTS.algorithm, list(ALGORITHMS),

@@ -24,13 +24,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-from fed_retrieval import centralized_training
-from fed_retrieval import federated_training
-from fed_retrieval import run_directory
-from fed_retrieval import tff_runtime
-from fed_retrieval.centralized_training import CentralizedConfig
-from fed_retrieval.federated_process import FederatedConfig
-from tasks import movielens_task
+from fed_retrieval.training import centralized_loop
+from fed_retrieval.training import federated_loop
+from fed_retrieval.training import run_directory
+from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.training.centralized_loop import CentralizedConfig
+from fed_retrieval.algorithms.fedavg import FederatedConfig
+from tasks.movielens import movielens_task
 
 BUDGETS = ("converged", "matched")
 RECALL_KEYS = ("global_recall@1", "global_recall@5", "global_recall@10")
@@ -86,7 +86,7 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
       # The worker stops after each federated run: even idle it takes CPU
       # from the centralized run that follows.
       with tff_runtime.local_execution_context():
-        results = federated_training.train_federated(
+        results = federated_loop.train_federated(
             tasks[key], config, os.path.join(output_dir, f"{setting}_{loss}"),
             embedding_dim)
       federated_rows.append(_row(setting, loss, results, output_dir))
@@ -94,7 +94,7 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
     if budget == "matched":
       config = dataclasses.replace(config, steps=math.ceil(
           federated_rows[0]["examples_seen"] / federated.batch_size))
-    central = centralized_training.train_centralized(
+    central = centralized_loop.train_centralized(
         tasks[()], config, os.path.join(output_dir, f"centralized_{loss}"),
         embedding_dim)
     rows.append(_row("centralized", loss, central, output_dir))

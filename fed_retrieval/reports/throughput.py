@@ -18,15 +18,15 @@ from typing import Dict
 import numpy as np
 import tensorflow as tf
 
-from fed_retrieval import dual_encoder
-from fed_retrieval import federated_process
-from fed_retrieval import federated_training
-from fed_retrieval import optimizers
-from fed_retrieval import tff_runtime
-from fed_retrieval.federated_process import FederatedConfig
+from fed_retrieval.models import dual_encoder
+from fed_retrieval.algorithms import fedavg
+from fed_retrieval.training import federated_loop
+from fed_retrieval.algorithms import optimizers
+from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.algorithms.fedavg import FederatedConfig
 from losses import registry
 from tasks import client_data
-from tasks.movielens_task import MovieLensTask
+from tasks.movielens.movielens_task import MovieLensTask
 
 
 def federated_throughput(task: MovieLensTask, config: FederatedConfig,
@@ -36,19 +36,19 @@ def federated_throughput(task: MovieLensTask, config: FederatedConfig,
   The worker is stopped afterwards, so it cannot compete with what runs next.
   """
   with tff_runtime.local_execution_context() as worker:
-    model_config = federated_training.model_config_for(task, config, 16)
-    process = federated_process.build_learning_process(
-        federated_process.retrieval_model_fn(model_config, config.objective),
+    model_config = federated_loop.model_config_for(task, config, 16)
+    process = fedavg.build_learning_process(
+        fedavg.retrieval_model_fn(model_config, config.objective),
         config)
     data = client_data.ClientDatasets(task.federated_train)
     client_ids = data.client_ids
     state = process.initialize()
     examples, seconds = 0, 0.0
     for round_num in range(rounds + 1):
-      clients = federated_training.sample_clients(client_ids, config.clients_per_round,
+      clients = federated_loop.sample_clients(client_ids, config.clients_per_round,
                                                   config.seed, round_num)
       start = time.perf_counter()
-      output = process.next(state, federated_training.round_datasets(
+      output = process.next(state, federated_loop.round_datasets(
           data, clients, config, round_num))
       elapsed = time.perf_counter() - start
       state = output.state

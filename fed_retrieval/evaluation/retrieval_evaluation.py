@@ -11,9 +11,9 @@ from typing import Callable, Dict, Sequence
 import numpy as np
 import tensorflow as tf
 
-from fed_retrieval import recall_metrics
+from fed_retrieval.evaluation import recall_metrics
 from tasks import client_data
-from tasks.sequence_examples import Examples
+from tasks.movielens.sequence_examples import Examples
 
 ScoreFn = Callable[[tf.Tensor], tf.Tensor]
 EVALUATION_SEED = 1234

@@ -3,7 +3,7 @@
 The processes are built with `tff.learning.algorithms` from the same Keras model
 and loss objects as centralized training. Both algorithms reject non-finite
 client updates: TFF's client work zeroes such an update and gives it weight 0,
-so it is not averaged in (see tests/test_federated_process.py).
+so it is not averaged in (see tests/test_fedavg.py).
 """
 
 import dataclasses
@@ -13,10 +13,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fed_retrieval import dual_encoder
-from fed_retrieval import early_stopping
-from fed_retrieval import optimizers
-from fed_retrieval import recall_metrics
+from fed_retrieval.models import dual_encoder
+from fed_retrieval.training import early_stopping
+from fed_retrieval.algorithms import optimizers
+from fed_retrieval.evaluation import recall_metrics
 from losses import registry
 
 ALGORITHMS = ("fedavg", "fedsgd")

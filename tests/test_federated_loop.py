@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fed_retrieval import federated_training
-from fed_retrieval.federated_process import FederatedConfig
-from tasks import movielens_task
+from fed_retrieval.training import federated_loop
+from fed_retrieval.algorithms.fedavg import FederatedConfig
+from tasks.movielens import movielens_task
 from losses.registry import ObjectiveConfig
 from tests.script_runs import run_script
 from tests.script_runs import wait_for_round
@@ -32,11 +32,11 @@ def small_task(cache_dir, **kwargs):
 
 def test_sampling_is_a_function_of_seed_and_round():
   ids = [str(i) for i in range(50)]
-  first = federated_training.sample_clients(ids, 10, seed=1, round_num=4)
-  assert first == federated_training.sample_clients(ids, 10, seed=1, round_num=4)
+  first = federated_loop.sample_clients(ids, 10, seed=1, round_num=4)
+  assert first == federated_loop.sample_clients(ids, 10, seed=1, round_num=4)
   assert len(set(first)) == 10
-  assert first != federated_training.sample_clients(ids, 10, seed=1, round_num=5)
-  assert len(federated_training.sample_clients(ids, 80, 1, 1)) == 50
+  assert first != federated_loop.sample_clients(ids, 10, seed=1, round_num=5)
+  assert len(federated_loop.sample_clients(ids, 80, 1, 1)) == 50
 
 
 def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
@@ -45,7 +45,7 @@ def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
   config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=12, clients_per_round=20,
                            client_learning_rate=0.5, eval_every=6,
                            checkpoint_every=6)
-  results = federated_training.train_federated(task, config, str(tmp_path))
+  results = federated_loop.train_federated(task, config, str(tmp_path))
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
     rows = list(csv.DictReader(f))
   assert [int(r["round"]) for r in rows] == list(range(1, 13))
@@ -67,7 +67,7 @@ def test_early_stopping_reports_the_best_round_and_resumes_stopped(
   config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=20,
                            clients_per_round=5, eval_every=2, checkpoint_every=4,
                            patience=2, min_delta=100.0)
-  results = federated_training.train_federated(task, config, str(tmp_path))
+  results = federated_loop.train_federated(task, config, str(tmp_path))
   assert (results["rounds"], results["best_round"]) == (6, 2)
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
     rows = list(csv.DictReader(f))
@@ -83,14 +83,14 @@ def test_early_stopping_reports_the_best_round_and_resumes_stopped(
   assert best and all(np.array_equal(best[k], reported[k]) for k in best)
   # A stopped run whose results were lost resumes without training further.
   os.remove(os.path.join(tmp_path, "results.json"))
-  again = federated_training.train_federated(task, config, str(tmp_path))
+  again = federated_loop.train_federated(task, config, str(tmp_path))
   assert again == results
 
 
 def test_shuffled_control_is_its_own_setting(tff_context, cache_dir, tmp_path):
   task = small_task(cache_dir, shuffle_across_users=True)
   config = FederatedConfig(objective=ObjectiveConfig("batch_softmax"), rounds=1, clients_per_round=5)
-  results = federated_training.train_federated(task, config, str(tmp_path))
+  results = federated_loop.train_federated(task, config, str(tmp_path))
   assert results["setting"] == "federated_shuffled"
   with open(os.path.join(tmp_path, "run_config.json")) as f:
     assert json.load(f)["task"]["shuffle_across_users"] is True

@@ -8,10 +8,10 @@ from typing import Dict, Optional, Tuple
 
 import pandas as pd
 
-from tasks import ratings_io
-from tasks import sequence_examples
-from tasks import synthetic_movielens
-from tasks.sequence_examples import Examples
+from tasks.movielens import ratings_io
+from tasks.movielens import sequence_examples
+from tasks.movielens import synthetic_movielens
+from tasks.movielens.sequence_examples import Examples
 
 DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "fed_retrieval")
 
