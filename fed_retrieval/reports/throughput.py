@@ -40,7 +40,7 @@ def federated_throughput(task: MovieLensTask, config: FederatedConfig,
     process = fedavg.build_learning_process(
         fedavg.retrieval_model_fn(model_config, config.objective),
         config)
-    data = client_data.ClientDatasets(task.federated_train)
+    data = client_data.ClientDatasets.from_examples(task.federated_train)
     client_ids = data.client_ids
     state = process.initialize()
     examples, seconds = 0, 0.0

@@ -121,7 +121,7 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
     return finished
 
   tff_runtime.ensure_local_execution_context()
-  train_data = client_data.ClientDatasets(task.federated_train)
+  train_data = client_data.ClientDatasets.from_examples(task.federated_train)
   client_ids = train_data.client_ids
   process = fedavg.build_learning_process(
       fedavg.retrieval_model_fn(

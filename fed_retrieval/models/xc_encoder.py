@@ -1,0 +1,172 @@
+"""The extreme-classification model: an instance tower and a class table.
+
+Instance tower: sparse features (fixed-width rows of ids + 1 and values, 0 =
+padding) -> embedding bag (value-weighted mean of the feature embeddings) ->
+Dense layers (ReLU between them) -> L2-normalized instance embedding.
+Class table: one row per class, L2-normalized when scoring. Logits are
+`logit_scale` times the cosine of instance and class embeddings.
+
+The tower is one function of a flat list of weight tensors (`tower_forward`),
+so the same arithmetic runs in the Keras model (export, evaluation, the
+softmax oracle) and in the FedAwS client's functional training loop.
+"""
+
+import dataclasses
+from typing import List, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from fed_retrieval.models import scoring
+
+
+@dataclasses.dataclass(frozen=True)
+class XCEncoderConfig:
+  num_features: int
+  num_labels: int
+  bag_dim: int = 64
+  hidden_dims: Tuple[int, ...] = (128,)
+  embedding_dim: int = 64
+  logit_scale: float = 20.0
+
+  def __post_init__(self):
+    for name in ("num_features", "num_labels", "bag_dim", "embedding_dim"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"XC model: {name} must be >= 1, got {getattr(self, name)}")
+
+  def weight_shapes(self) -> List[Tuple[int, ...]]:
+    """Shapes of the tower's weights, in `tower_forward` order."""
+    dims = (self.bag_dim,) + tuple(self.hidden_dims) + (self.embedding_dim,)
+    shapes = [(self.num_features + 1, self.bag_dim)]
+    for fan_in, fan_out in zip(dims[:-1], dims[1:]):
+      shapes += [(fan_in, fan_out), (fan_out,)]
+    return shapes
+
+
+# The paper's extreme-classification architecture: 512-dim bag, 1024-1024-512.
+PAPER_ARCHITECTURE = dict(bag_dim=512, hidden_dims=(1024, 1024), embedding_dim=512)
+
+
+def initial_tower_weights(config: XCEncoderConfig, seed: int) -> List[np.ndarray]:
+  """Glorot-uniform kernels and bag embeddings, zero biases (row 0 of the bag: 0)."""
+  rng = np.random.default_rng([seed, 11])
+  weights = []
+  for shape in config.weight_shapes():
+    if len(shape) == 1:
+      weights.append(np.zeros(shape, np.float32))
+      continue
+    limit = np.sqrt(6.0 / sum(shape))
+    weights.append(rng.uniform(-limit, limit, shape).astype(np.float32))
+  weights[0][0] = 0.0
+  return weights
+
+
+def initial_class_table(config: XCEncoderConfig, seed: int) -> np.ndarray:
+  """Random unit rows (nearly orthogonal in high dimension)."""
+  rng = np.random.default_rng([seed, 12])
+  table = rng.normal(size=(config.num_labels, config.embedding_dim)).astype(np.float32)
+  return table / np.linalg.norm(table, axis=1, keepdims=True)
+
+
+def tower_forward(weights: Sequence[tf.Tensor], feature_ids: tf.Tensor,
+                  feature_values: tf.Tensor) -> tf.Tensor:
+  """L2-normalized instance embeddings [B, D] of padded sparse rows [B, F]."""
+  bag = tf.gather(weights[0], feature_ids)  # [B, F, bag_dim]
+  values = tf.where(feature_ids > 0, feature_values, tf.zeros_like(feature_values))
+  total = tf.reduce_sum(tf.abs(values), axis=1, keepdims=True)
+  hidden = tf.einsum("bf,bfd->bd", values / tf.maximum(total, 1e-12), bag)
+  layers = list(zip(weights[1::2], weights[2::2]))
+  for i, (kernel, bias) in enumerate(layers):
+    hidden = tf.matmul(hidden, kernel) + bias
+    if i < len(layers) - 1:
+      hidden = tf.nn.relu(hidden)
+  return scoring.l2_normalize(hidden)
+
+
+def _config_dict(config: XCEncoderConfig, seed: int) -> dict:
+  return {"encoder_config": dataclasses.asdict(config), "seed": seed}
+
+
+def _from_config_dict(config: dict) -> dict:
+  encoder = dict(config.pop("encoder_config"))
+  encoder["hidden_dims"] = tuple(encoder["hidden_dims"])
+  return {"config": XCEncoderConfig(**encoder), **config}
+
+
+@tf.keras.utils.register_keras_serializable(package="fed_retrieval")
+class InstanceTower(tf.keras.layers.Layer):
+  """The tower as a Keras layer over `tower_forward` (weights in its order)."""
+
+  def __init__(self, config: XCEncoderConfig, seed: int = 0, **kwargs):
+    super().__init__(**kwargs)
+    self._config = config
+    self._seed = seed
+
+  def build(self, input_shape):
+    initial = initial_tower_weights(self._config, self._seed)
+    self.tower_weights = [
+        self.add_weight(name=f"w{i}", shape=w.shape,
+                        initializer=tf.constant_initializer(w))
+        for i, w in enumerate(initial)]
+    super().build(input_shape)
+
+  def get_config(self):
+    return {**super().get_config(), **_config_dict(self._config, self._seed)}
+
+  @classmethod
+  def from_config(cls, config):
+    return cls(**_from_config_dict(config))
+
+  def call(self, inputs):
+    feature_ids, feature_values = inputs
+    return tower_forward(self.tower_weights, feature_ids, feature_values)
+
+
+@tf.keras.utils.register_keras_serializable(package="fed_retrieval")
+class ClassTable(tf.keras.layers.Layer):
+  """The class embeddings [C, D]; scores instance embeddings against all of them."""
+
+  def __init__(self, config: XCEncoderConfig, seed: int = 0, **kwargs):
+    super().__init__(**kwargs)
+    self._config = config
+    self._seed = seed
+
+  def build(self, input_shape):
+    self.table = self.add_weight(
+        name="class_table", shape=(self._config.num_labels, self._config.embedding_dim),
+        initializer=tf.constant_initializer(initial_class_table(self._config, self._seed)))
+    super().build(input_shape)
+
+  def get_config(self):
+    return {**super().get_config(), **_config_dict(self._config, self._seed)}
+
+  @classmethod
+  def from_config(cls, config):
+    return cls(**_from_config_dict(config))
+
+  def call(self, instance_embeddings):
+    cosine = tf.matmul(instance_embeddings, scoring.l2_normalize(self.table),
+                       transpose_b=True)
+    return self._config.logit_scale * cosine
+
+
+def build_xc_classifier(config: XCEncoderConfig, seed: int = 0) -> tf.keras.Model:
+  """(feature_ids, feature_values) -> logits over all classes [B, C].
+
+  Trainable weights: the tower's (in `tower_forward` order), then the class table.
+  """
+  feature_ids = tf.keras.Input(shape=(None,), dtype=tf.int32, name="feature_ids")
+  feature_values = tf.keras.Input(shape=(None,), dtype=tf.float32, name="feature_values")
+  embeddings = InstanceTower(config, seed, name="instance_tower")(
+      (feature_ids, feature_values))
+  logits = ClassTable(config, seed, name="class_table")(embeddings)
+  return tf.keras.Model((feature_ids, feature_values), logits, name="xc_classifier")
+
+
+def instance_tower(model: tf.keras.Model) -> tf.keras.Model:
+  """The sub-model of `build_xc_classifier` that embeds instances."""
+  return tf.keras.Model(model.inputs, model.get_layer("instance_tower").output)
+
+
+def class_table(model: tf.keras.Model) -> tf.Variable:
+  return model.get_layer("class_table").table
