@@ -14,7 +14,7 @@ def make_examples():
 
 
 def test_one_client_per_user_with_its_examples():
-  data = client_data.ClientDatasets(make_examples())
+  data = client_data.ClientDatasets.from_examples(make_examples())
   assert data.client_ids == ["3", "5", "9"]
   assert data.num_examples("3") == 3
   elements = list(data.training_dataset("9", batch_size=1).unbatch().as_numpy_iterator())
@@ -25,7 +25,7 @@ def test_one_client_per_user_with_its_examples():
 
 
 def test_batching_keeps_the_short_last_batch_and_shuffles_each_epoch():
-  data = client_data.ClientDatasets(make_examples())
+  data = client_data.ClientDatasets.from_examples(make_examples())
   batches = list(data.training_dataset("3", batch_size=2, epochs=2,
                                        shuffle_seed=1).as_numpy_iterator())
   assert [len(labels) for _, labels in batches] == [2, 2, 2]

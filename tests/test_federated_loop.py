@@ -17,6 +17,7 @@ from losses.registry import ObjectiveConfig
 from tests.script_runs import run_script
 from tests.script_runs import wait_for_round
 from tests.script_runs import worker_pids
+from tests.script_runs import workers_of
 
 
 
@@ -103,13 +104,14 @@ def test_resume_after_sigkill_gives_the_same_results(cache_dir, tmp_path):
   assert process.returncode == 0, stderr[-3000:]
 
   killed = os.path.join(tmp_path, "killed")
-  workers_before = worker_pids()
   process = run_script(killed, cache_dir)
   wait_for_round(killed, 3)  # Kill between checkpoints (round 3).
+  workers = workers_of(process.pid)  # Not other tests' workers (pytest -n).
+  assert workers
   os.kill(process.pid, signal.SIGKILL)
   process.wait()
   time.sleep(1)
-  assert not worker_pids() - workers_before, "a TFF worker outlived its program"
+  assert not workers & worker_pids(), "a TFF worker outlived its program"
   assert not os.path.exists(os.path.join(killed, "results.json"))
 
   process = run_script(killed, cache_dir)

@@ -14,7 +14,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval.models import dual_encoder
-from fed_retrieval.training import early_stopping
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.evaluation import recall_metrics
 from losses import registry
@@ -64,11 +63,10 @@ class FederatedConfig:
                  "eval_every", "checkpoint_every"):
       if getattr(self, name) < 1:
         raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-    self.stopping_rule  # Validates --patience and --min_delta.
-
-  @property
-  def stopping_rule(self) -> early_stopping.StoppingRule:
-    return early_stopping.StoppingRule.from_flags(self.patience, self.min_delta)
+    if self.patience < 0:  # The run loop's StoppingRule reads both.
+      raise ValueError(f"--patience must be >= 0, got {self.patience}")
+    if self.min_delta < 0:
+      raise ValueError(f"--min_delta must be >= 0, got {self.min_delta}")
 
 
 def input_spec(max_context_length: int) -> Tuple[tf.TensorSpec, tf.TensorSpec]:

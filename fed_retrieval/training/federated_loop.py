@@ -25,7 +25,7 @@ import csv
 import dataclasses
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -107,25 +107,42 @@ def model_config_for(task: MovieLensTask, config: FederatedConfig,
                                                embedding_dim)
 
 
-def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: str,
-                    embedding_dim: int = 16,
-                    progress: Optional[bool] = None) -> Dict[str, Any]:
-  """Trains (or resumes, or returns the finished run's results) and exports."""
-  model_config = model_config_for(task, config, embedding_dim)
-  setting = setting_name(task, config)
-  run_config = {"setting": setting, "task": task.config.describe(),
-                "model": dataclasses.asdict(model_config),
-                "training": dataclasses.asdict(config)}
-  finished = run_directory.open_run(output_dir, run_config)
+@dataclasses.dataclass
+class FederatedJob:
+  """One federated algorithm on one task, as the run loop sees it.
+
+  The loop never asks which algorithm or task it runs: it samples clients,
+  calls `build_process()`'s `next`, copies `get_model_weights` into the Keras
+  model of `build_server_model()` (built after the process: Keras models built
+  before TFF traces its own fail), and calls `evaluate(model, "validation" or
+  "test")` and `export(model, directory)`.
+  """
+  name: str
+  run_config: Dict[str, Any]
+  build_process: Callable[[], tff.learning.templates.LearningProcess]
+  clients: client_data.ClientDatasets
+  build_server_model: Callable[[], tf.keras.Model]
+  evaluate: Callable[[tf.keras.Model, str], Dict[str, float]]
+  monitored: str  # The key of `evaluate`'s metrics that early stopping watches.
+  export: Callable[[tf.keras.Model, str], None]
+  results: Dict[str, Any]  # Added to results.json.
+  round_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def run_federated(job: FederatedJob, config, output_dir: str,
+                  progress: Optional[bool] = None) -> Dict[str, Any]:
+  """Trains (or resumes, or returns the finished run's results) and exports.
+
+  `config` gives the loop's settings: rounds, clients_per_round, local_epochs,
+  batch_size, eval_every, checkpoint_every, patience, min_delta and seed.
+  """
+  finished = run_directory.open_run(output_dir, job.run_config)
   if finished is not None:
     return finished
 
   tff_runtime.ensure_local_execution_context()
-  train_data = client_data.ClientDatasets.from_examples(task.federated_train)
-  client_ids = train_data.client_ids
-  process = fedavg.build_learning_process(
-      fedavg.retrieval_model_fn(
-          model_config, config.objective, seed=config.seed), config)
+  client_ids = job.clients.client_ids
+  process = job.build_process()
   state_manager = checkpoints.AtomicFileProgramStateManager(
       os.path.join(output_dir, "checkpoints"), keep_total=3)
   initial_state = process.initialize()
@@ -137,39 +154,36 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
       os.path.join(output_dir, "metrics.csv"), key_fieldname="round")
   tensorboard = tff.program.TensorBoardReleaseManager(
       os.path.join(output_dir, "tensorboard"))
-  server_model = dual_encoder.build_dual_encoder(model_config)
-
-  def evaluate(examples) -> Dict[str, float]:
-    return retrieval_evaluation.evaluate(server_model, examples, config.ks, config.batch_size)
+  server_model = job.build_server_model()
 
   if progress is None:
     progress = sys.stderr.isatty()
   bar = tqdm.tqdm(total=config.rounds, initial=done_rounds, disable=not progress,
-                  unit="round", desc=f"{setting} {config.objective.loss}")
-  monitored = f"val_global_recall@{max(config.ks)}"
+                  unit="round", desc=job.name)
+  monitored = f"val_{job.monitored}"
   examples_seen, curve = _history_through(os.path.join(output_dir, "metrics.csv"),
                                           done_rounds, monitored)
-  rule = config.stopping_rule
+  rule = early_stopping.StoppingRule.from_flags(config.patience, config.min_delta)
   best_weights = os.path.join(output_dir, BEST_WEIGHTS)
-  latest_recall = curve[-1][1] if curve else None
+  latest_value = curve[-1][1] if curve else None
   trained_rounds = done_rounds
   for round_num in range(done_rounds + 1, config.rounds + 1):
     if rule.should_stop(curve):
       break
     clients = sample_clients(client_ids, config.clients_per_round, config.seed,
                              round_num)
-    output = process.next(state, round_datasets(train_data, clients, config,
+    output = process.next(state, round_datasets(job.clients, clients, config,
                                                 round_num))
     state = output.state
     trained_rounds = round_num
-    row = _training_metrics(output.metrics)
+    row = {**_training_metrics(output.metrics), **job.round_metrics}
     examples_seen += int(row["train_num_examples"])
     row["examples_seen"] = examples_seen
     if round_num % config.eval_every == 0 or round_num == config.rounds:
       fedavg.assign_weights(process, state, server_model)
-      row.update({f"val_{k}": v for k, v in evaluate(task.federated_val).items()})
-      latest_recall = row[monitored]
-      curve.append((round_num, latest_recall))
+      row.update({f"val_{k}": v for k, v in job.evaluate(server_model, "validation").items()})
+      latest_value = row[monitored]
+      curve.append((round_num, latest_value))
       if rule.patience and rule.best(curve)[0] == round_num:
         server_model.save_weights(best_weights)
     asyncio.run(metrics_csv.release(row, key=round_num))
@@ -179,11 +193,11 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
       asyncio.run(state_manager.save(state, round_num))
     bar.update(1)
     bar.set_postfix(loss=f"{row['train_loss']:.4f}",
-                    recall=("-" if latest_recall is None else f"{latest_recall:.4f}"))
+                    **{job.monitored: "-" if latest_value is None
+                       else f"{latest_value:.4f}"})
     if not progress and monitored in row:
-      print(f"{setting} {config.objective.loss}: round {round_num}/{config.rounds} "
-            f"loss {row['train_loss']:.4f} val global_recall@{max(config.ks)} "
-            f"{latest_recall:.4f}", file=sys.stderr, flush=True)
+      print(f"{job.name}: round {round_num}/{config.rounds} loss {row['train_loss']:.4f} "
+            f"val {job.monitored} {latest_value:.4f}", file=sys.stderr, flush=True)
   bar.close()
 
   if rule.patience:  # Converged: the best evaluated model (the last round always is).
@@ -193,16 +207,42 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
     best_round = trained_rounds
     fedavg.assign_weights(process, state, server_model)
   server_model.save_weights(os.path.join(output_dir, centralized_loop.CHECKPOINT))
-  export.export_model(server_model, model_config, os.path.join(output_dir, "export"))
+  job.export(server_model, os.path.join(output_dir, "export"))
   results = {
-      "setting": setting,
-      "loss": config.objective.loss,
-      "algorithm": config.algorithm,
+      **job.results,
       "rounds": trained_rounds,
       "best_round": best_round,
       "clients_per_round": config.clients_per_round,
       "examples_seen": examples_seen,
-      "test": evaluate(task.federated_test),
+      **job.round_metrics,
+      "test": job.evaluate(server_model, "test"),
   }
   run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)
   return results
+
+
+def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: str,
+                    embedding_dim: int = 16,
+                    progress: Optional[bool] = None) -> Dict[str, Any]:
+  """FedAvg or FedSGD of the dual encoder on a MovieLens task (`run_federated`)."""
+  model_config = model_config_for(task, config, embedding_dim)
+  setting = setting_name(task, config)
+  splits = {"validation": task.federated_val, "test": task.federated_test}
+  job = FederatedJob(
+      name=f"{setting} {config.objective.loss}",
+      run_config={"setting": setting, "task": task.config.describe(),
+                  "model": dataclasses.asdict(model_config),
+                  "training": dataclasses.asdict(config)},
+      build_process=lambda: fedavg.build_learning_process(
+          fedavg.retrieval_model_fn(model_config, config.objective, seed=config.seed),
+          config),
+      clients=client_data.ClientDatasets.from_examples(task.federated_train),
+      build_server_model=lambda: dual_encoder.build_dual_encoder(model_config),
+      evaluate=lambda model, split: retrieval_evaluation.evaluate(
+          model, splits[split], config.ks, config.batch_size),
+      monitored=f"global_recall@{max(config.ks)}",
+      export=lambda model, directory: export.export_model(model, model_config,
+                                                          directory),
+      results={"setting": setting, "loss": config.objective.loss,
+               "algorithm": config.algorithm})
+  return run_federated(job, config, output_dir, progress)
