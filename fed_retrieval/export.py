@@ -1,4 +1,5 @@
-"""Export of a trained dual encoder for serving, and loading it back.
+"""Export of trained models for serving: the dual encoder (and loading it back),
+and the XC classifier (`export_xc_classifier`).
 
 An export directory holds:
 - `query_tower/`: the Keras query tower (context ids [B, L] -> embeddings [B, D]);
@@ -19,6 +20,8 @@ import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
 from fed_retrieval.models import dual_encoder
+from fed_retrieval.models import xc_encoder
+from fed_retrieval.models.xc_encoder import XCEncoderConfig
 from tasks import atomic_output
 
 EXPORT_INFO = "export.json"
@@ -90,3 +93,20 @@ def load_export(export_dir: str,
   query = tf.keras.models.load_model(os.path.join(export_dir, "query_tower"),
                                      compile=False)
   return RetrievalExport(export_dir, config, int(info["k"]), query, items)
+
+
+def export_xc_classifier(model: tf.keras.Model, config: XCEncoderConfig,
+                         export_dir: str) -> str:
+  """An XC classifier for serving: `instance_tower/` (Keras: (feature ids + 1,
+  values) [B, F] -> unit embeddings [B, D]), `class_embeddings.npy` (unit rows
+  [C, D]; scores are their dot products), `export.json` (the model config).
+  The directory appears whole or not at all."""
+  with atomic_output.staged_directory(export_dir, "export_dir",
+                                      replace=True) as staging:
+    tower = xc_encoder.instance_tower(model)
+    tower.save(os.path.join(staging, "instance_tower"), include_optimizer=False)
+    np.save(os.path.join(staging, "class_embeddings.npy"),
+            tf.math.l2_normalize(xc_encoder.class_table(model), axis=1).numpy())
+    with open(os.path.join(staging, EXPORT_INFO), "w") as f:
+      json.dump({"model_config": dataclasses.asdict(config)}, f, indent=2)
+  return export_dir

@@ -70,6 +70,7 @@ def spreadout_step(table: tf.Tensor, class_ids: tf.Tensor, learning_rate: float,
   table = tf.convert_to_tensor(table)
   class_ids = tf.cast(class_ids, tf.int32)
   if mode == "topk":
+    k = min(k, table.shape[0] - 1)  # With fewer classes: all of them.
     neighbours = nearest_classes(table, class_ids, k, max_scores_in_memory)
     rows, neighbour_rows = tf.gather(table, class_ids), tf.gather(table, neighbours)
     with tf.GradientTape() as tape:

@@ -44,6 +44,10 @@ class ClientDatasets:
                {str(user): np.arange(start, stop)
                 for user, (start, stop) in examples.user_ranges().items()})
 
+  def points(self, client_id: str) -> np.ndarray:
+    """The indices of the client's points."""
+    return self._points[client_id]
+
   def num_examples(self, client_id: str) -> int:
     return len(self._points[client_id])
 

@@ -49,7 +49,8 @@ class FedAwSConfig:
   """
   algorithm: str = "fedaws"
   client_learning_rate: float = 0.5
-  server_learning_rate: float = 1.0
+  server_optimizer: str = "adam"
+  server_learning_rate: float = 0.01
   hinge_margin: float = 0.9
   spreadout: str = "topk"
   spreadout_k: int = 10
@@ -171,18 +172,23 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
   rows_per_client = config.rows_per_client
   tower_type = tff.StructWithPythonType([_tensor_type(s) for s in shapes], list)
   table_type = _tensor_type([num_classes, dim])
-  state_type = tff.StructWithPythonType([("tower", tower_type), ("table", table_type)],
-                                        dict)
   batch_type = ((_tensor_type([None, max_features], np.int32),
                  _tensor_type([None, max_features])), _tensor_type([None], np.int32))
   data_type = tff.SequenceType(batch_type)
   initial_tower = xc_encoder.initial_tower_weights(model_config, seed)
   initial_table = xc_encoder.initial_class_table(model_config, seed)
 
+  server_optimizer = optimizers.tff_optimizer(
+      config.server_optimizer, config.server_learning_rate, "server_optimizer")
+  tower_specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
+
   @tff.tensorflow.computation
   def initial_state():
     return {"tower": [tf.constant(w) for w in initial_tower],
-            "table": tf.constant(initial_table)}
+            "table": tf.constant(initial_table),
+            "optimizer": server_optimizer.initialize(tower_specs)}
+
+  state_type = initial_state.type_signature.result
 
   @tff.federated_computation
   def initialize():
@@ -232,14 +238,14 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
 
   @tff.tensorflow.computation(state_type, tower_type, accumulator_type)
   def server_update(state, mean_tower_delta, row_sums):
-    tower = [w + config.server_learning_rate * d
-             for w, d in zip(state["tower"], mean_tower_delta)]
+    optimizer_state, tower = server_optimizer.next(
+        state["optimizer"], list(state["tower"]), [-d for d in mean_tower_delta])
     table, updated = apply_row_updates(state["table"], row_sums[0], row_sums[1])
     if config.spreads_out:
       table = class_spreadout.spreadout_step(
           table, updated, config.spreadout_lambda * config.client_learning_rate,
           config.spreadout, config.spreadout_k, config.spreadout_margin)
-    return {"tower": tower, "table": table}
+    return {"tower": list(tower), "table": table, "optimizer": optimizer_state}
 
   @tff.tensorflow.computation(tff.types.StructType([tff.TensorType(np.float32)] * 2))
   def training_metrics(sums):
@@ -277,9 +283,9 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
 
   @tff.tensorflow.computation(state_type, weights_type)
   def set_model_weights(state, weights):
-    del state
     trainable = list(weights.trainable)
-    return {"tower": trainable[:-1], "table": trainable[-1]}
+    return {"tower": trainable[:-1], "table": trainable[-1],
+            "optimizer": state["optimizer"]}
 
   return tff.learning.templates.LearningProcess(initialize, next_fn, get_model_weights,
                                                 set_model_weights)
@@ -307,7 +313,7 @@ def build_softmax_oracle(model_config: XCEncoderConfig, config: FedAwSConfig,
       client_optimizer_fn=optimizers.tff_optimizer(
           "sgd", config.client_learning_rate, "client_optimizer"),
       server_optimizer_fn=optimizers.tff_optimizer(
-          "sgd", config.server_learning_rate, "server_optimizer"),
+          config.server_optimizer, config.server_learning_rate, "server_optimizer"),
       loop_implementation=fedavg.CLIENT_LOOP)
 
 

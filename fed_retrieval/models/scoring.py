@@ -27,6 +27,7 @@ def candidate_scores(queries: tf.Tensor, table: tf.Tensor,
   `candidate_ids` [K] (one set for the batch) gives [B, K]; [B, K] (a set per
   query) gives [B, K] too.
   """
+  candidate_ids = tf.convert_to_tensor(candidate_ids)
   candidates = tf.gather(table, candidate_ids)
   if candidate_ids.shape.rank == 1:
     return tf.matmul(queries, candidates, transpose_b=True)

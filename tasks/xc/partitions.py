@@ -22,9 +22,11 @@ def partition_points(labels: np.ndarray, partition: str, seed: int,
                      labels_per_client: int = 5, num_clients: Optional[int] = None,
                      alpha: float = 0.1) -> Dict[int, np.ndarray]:
   """Client id -> indices of its points, for the single training label of each point."""
+  if partition not in PARTITIONS:
+    raise ValueError(f"--partition must be one of {', '.join(PARTITIONS)}, got "
+                     f"'{partition}'")
   labels = np.asarray(labels)
-  rng = np.random.default_rng([seed, PARTITIONS.index(partition) if partition in
-                               PARTITIONS else -1])
+  rng = np.random.default_rng([seed, PARTITIONS.index(partition)])
   present = np.unique(labels)
   if partition == "one_label_per_client":
     group_of_label = {label: label for label in present}
@@ -33,11 +35,8 @@ def partition_points(labels: np.ndarray, partition: str, seed: int,
       raise ValueError(f"--labels_per_client must be >= 1, got {labels_per_client}")
     shuffled = rng.permutation(present)
     group_of_label = {label: i // labels_per_client for i, label in enumerate(shuffled)}
-  elif partition == "dirichlet":
-    return _dirichlet(labels, rng, num_clients, alpha)
   else:
-    raise ValueError(f"--partition must be one of {', '.join(PARTITIONS)}, got "
-                     f"'{partition}'")
+    return _dirichlet(labels, rng, num_clients, alpha)
   lookup = np.full(labels.max() + 1 if len(labels) else 0, -1)
   lookup[list(group_of_label)] = list(group_of_label.values())
   return _by_client(lookup[labels])

@@ -111,7 +111,7 @@ def read_xc_file(path: str) -> XCData:
   try:
     # `offset` seeks to the header's newline, and the reader skips to the next line.
     features, labels = load_svmlight_file(
-        path, n_features=None, dtype=np.float32, multilabel=True, zero_based=True,
+        path, n_features=num_features, dtype=np.float32, multilabel=True, zero_based=True,
         offset=len(header) - 1)
   except ValueError as e:
     raise _locate_error(path, num_features, num_labels, str(e)) from None

@@ -99,6 +99,11 @@ class XCTask:
   test: PaddedPoints
   dropped_unlabeled: int
 
+  def max_labels_per_client(self) -> int:
+    """The most distinct training labels one client holds."""
+    return max(len(np.unique(self.train_labels[self.clients.points(c)]))
+               for c in self.clients.client_ids)
+
   def summary(self) -> Dict[str, Any]:
     sizes = np.array([self.clients.num_examples(c) for c in self.clients.client_ids])
     return {"labels": self.num_labels, "features": self.num_features,

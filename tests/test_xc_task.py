@@ -1,0 +1,88 @@
+"""Label partitions, the synthetic XC generator and the XC task."""
+
+import numpy as np
+import pytest
+import scipy.sparse
+
+from tasks.xc import partitions
+from tasks.xc import synthetic_xc
+from tasks.xc import xc_task
+
+LABELS = np.array([3, 1, 3, 0, 1, 1, 2, 3, 0, 2, 2, 2])
+
+
+def covers_every_point_once(parts, n):
+  points = np.concatenate(list(parts.values()))
+  return sorted(points.tolist()) == list(range(n))
+
+
+def test_one_label_per_client_holds_exactly_that_labels_points():
+  parts = partitions.partition_points(LABELS, "one_label_per_client", seed=0)
+  assert sorted(parts) == [0, 1, 2, 3]
+  for label, points in parts.items():
+    np.testing.assert_array_equal(points, np.flatnonzero(LABELS == label))
+
+
+def test_k_labels_per_client_deals_k_labels_seeded():
+  parts = partitions.partition_points(LABELS, "k_labels_per_client", seed=4,
+                                      labels_per_client=2)
+  assert len(parts) == 2 and covers_every_point_once(parts, len(LABELS))
+  assert all(len(np.unique(LABELS[p])) == 2 for p in parts.values())
+  again = partitions.partition_points(LABELS, "k_labels_per_client", seed=4,
+                                      labels_per_client=2)
+  assert all(np.array_equal(parts[c], again[c]) for c in parts)
+
+
+def test_dirichlet_skews_labels_and_is_seeded():
+  labels = np.repeat(np.arange(20), 50)
+  skewed = partitions.partition_points(labels, "dirichlet", 0, num_clients=10, alpha=0.05)
+  flat = partitions.partition_points(labels, "dirichlet", 0, num_clients=10, alpha=100.0)
+  assert covers_every_point_once(skewed, len(labels))
+  dominant = lambda parts: np.mean([np.bincount(labels[p]).max() / len(p)
+                                    for p in parts.values()])
+  assert dominant(skewed) > 2 * dominant(flat)
+  again = partitions.partition_points(labels, "dirichlet", 0, num_clients=10, alpha=0.05)
+  assert all(np.array_equal(skewed[c], again[c]) for c in skewed)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(partition="by_magic"), "--partition must be one of"),
+    (dict(partition="dirichlet"), "--num_clients must be >= 1"),
+    (dict(partition="dirichlet", num_clients=3, alpha=0.0), "--dirichlet_alpha"),
+    (dict(partition="k_labels_per_client", labels_per_client=0), "--labels_per_client"),
+])
+def test_bad_partition_settings_name_the_flag(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    partitions.partition_points(LABELS, seed=0, **kwargs)
+
+
+def test_synthetic_xc_is_deterministic_multilabel_and_confusable():
+  config = synthetic_xc.PRESETS["xc_tiny"]
+  train, test = synthetic_xc.generate(config)
+  again, _ = synthetic_xc.generate(config)
+  assert (train.features != again.features).nnz == 0
+  assert train.num_points == config.num_train and test.num_points == config.num_test
+  assert np.bincount(np.concatenate(train.labels), minlength=config.num_labels).min() >= (
+      config.min_points_per_label)
+  assert 1.5 < np.mean([len(s) for s in train.labels]) < 4
+  np.testing.assert_allclose(scipy.sparse.linalg.norm(train.features, axis=1), 1.0,
+                             rtol=1e-5)
+
+
+def test_pad_features_keeps_the_largest_values_and_pads_with_zero():
+  features = scipy.sparse.csr_matrix(np.array([[0.1, 0.0, 0.7, 0.3], [0.0, 0.5, 0.0, 0.0]]))
+  ids, values = xc_task.pad_features(features, 2)
+  np.testing.assert_array_equal(ids, [[3, 4], [2, 0]])  # Feature id + 1.
+  np.testing.assert_allclose(values, [[0.7, 0.3], [0.5, 0.0]])
+
+
+def test_xc_task_one_label_per_client_and_evaluation_keeps_all_labels():
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(synthetic="xc_tiny"))
+  assert len(task.clients.client_ids) == task.num_labels
+  assert task.max_labels_per_client() == 1
+  for client in task.clients.client_ids[:20]:
+    assert set(task.train_labels[task.clients.points(client)]) == {int(client)}
+  # Each training label is one of the point's true labels.
+  assert all(l in s for l, s in zip(task.train_labels, task.train.label_sets))
+  assert len(task.validation) + len(task.test) == synthetic_xc.PRESETS["xc_tiny"].num_test
+  assert np.mean([len(s) for s in task.test.label_sets]) > 1.5
