@@ -1,4 +1,4 @@
-"""The main job: centralized vs federated training of each loss, as in the paper.
+"""The main jobs: centralized vs federated retrieval (MovieLens), FedAwS (XC).
 
   python -m scripts.compare --synthetic=ml1m --output_dir=runs/compare \
       [--losses=batch_softmax,hinge_spreadout] [--include_shuffled] [--include_fedsgd] \
@@ -9,12 +9,21 @@ every run trains until its validation recall@10 stops improving (--patience
 evaluations, capped by --rounds and --centralized_max_epochs); --budget=matched
 trains the federated runs for --rounds and each centralized run on as many
 examples.
+
+  python -m scripts.compare --task=xc --synthetic_xc=xc_small --output_dir=runs/xc \
+      [--xc_train_path=TRAIN.txt --xc_test_path=TEST.txt] [--partition=...] \
+      [--algorithms=fedaws,softmax_oracle]
+trains FedAwS and its baselines on the same clients and writes results.csv
+(algorithm, precision@1/3/5, bytes per client), results.md and
+precision_curves.png.
 """
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
+from fed_retrieval.algorithms import fedaws
 from fed_retrieval.reports import comparison
+from fed_retrieval.reports import xc_comparison
 from fed_retrieval.training import federated_flags
 from fed_retrieval.models import model_flags
 from fed_retrieval.training.centralized_loop import CentralizedConfig
@@ -41,11 +50,23 @@ _CENTRALIZED_MAX_EPOCHS = flags.DEFINE_integer(
 _CENTRALIZED_EVAL_EVERY_STEPS = flags.DEFINE_integer(
     "centralized_eval_every_steps", 10_000,
     "Validation evaluation of the centralized runs every N batches.")
+_ALGORITHMS = flags.DEFINE_list(
+    "algorithms", list(fedaws.ALGORITHMS), "--task=xc: the algorithms to compare.")
 flags.mark_flag_as_required("output_dir")
+
+
+def compare_xc() -> None:
+  rows = xc_comparison.run_xc_comparison(
+      task_flags.xc_task_config_from_flags(), _ALGORITHMS.value,
+      federated_flags.xc_federated_config_from_flags(), model_flags.OUTPUT_DIR.value)
+  print(xc_comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
 
 def main(argv) -> None:
   del argv
+  if task_flags.TASK.value == "xc":
+    compare_xc()
+    return
   for loss in _LOSSES.value:
     registry.base_loss_name(loss)  # Fails early, naming --loss, on a typo.
   federated = federated_flags.federated_config_from_flags(_LOSSES.value[0])

@@ -1,9 +1,13 @@
-"""Federated training of the dual encoder with TFF (FedAvg or FedSGD), resumable.
+"""Federated training with TFF, resumable: the MovieLens dual encoder (FedAvg or
+FedSGD) or, with --task=xc, the XC classifier (FedAwS or a baseline).
 
   python -m scripts.train_federated --synthetic=small --loss=hinge_spreadout \
       --rounds=50 --clients_per_round=20 --output_dir=runs/fed_small
 Re-running the same command after a kill (even SIGKILL) resumes from the last
 checkpoint; --shuffle_across_users trains the IID "federated shuffled" control.
+
+  python -m scripts.train_federated --task=xc --synthetic_xc=xc_small \
+      --algorithm=fedaws --spreadout=topk --spreadout_k=10 --output_dir=runs/fedaws
 """
 
 import json
@@ -13,15 +17,23 @@ from absl import flags
 
 from fed_retrieval.training import federated_flags
 from fed_retrieval.training import federated_loop
+from fed_retrieval.training import xc_training
 from fed_retrieval.models import model_flags
 from tasks.movielens import movielens_task
 from tasks import task_flags
+from tasks.xc import xc_task
 
 flags.mark_flag_as_required("output_dir")
 
 
 def main(argv) -> None:
   del argv
+  if task_flags.TASK.value == "xc":
+    results = xc_training.train_xc_federated(
+        xc_task.build_xc_task(task_flags.xc_task_config_from_flags()),
+        federated_flags.xc_federated_config_from_flags(), model_flags.OUTPUT_DIR.value)
+    print(json.dumps(results, indent=2))
+    return
   task = movielens_task.build_task(task_flags.task_config_from_flags())
   config = federated_flags.federated_config_from_flags(model_flags.LOSS.value)
   results = federated_loop.train_federated(

@@ -1,9 +1,41 @@
-"""absl flags shared by every script that reads a ratings log, and their TaskConfig."""
+"""absl flags of the tasks: `--task`, MovieLens (ratings log) and XC flags."""
 
 from absl import flags
 
 from tasks.movielens import movielens_task
 from tasks.movielens import synthetic_movielens
+from tasks.xc import partitions
+from tasks.xc import synthetic_xc
+from tasks.xc import xc_task
+
+TASKS = ("movielens", "xc")
+TASK = flags.DEFINE_enum(
+    "task", "movielens", list(TASKS),
+    "movielens: next-movie retrieval, clients = users; xc: extreme classification, "
+    "clients = label partitions (FedAwS).")
+_XC_TRAIN_PATH = flags.DEFINE_string(
+    "xc_train_path", None, "XC: training file in the Extreme Classification "
+    "Repository format ('num_points num_features num_labels', then "
+    "'l1,l2 f:v ...').")
+_XC_TEST_PATH = flags.DEFINE_string("xc_test_path", None, "XC: the test file.")
+_SYNTHETIC_XC = flags.DEFINE_enum(
+    "synthetic_xc", None, list(synthetic_xc.PRESETS),
+    "XC: the embedded synthetic data instead of --xc_train_path/--xc_test_path.")
+_PARTITION = flags.DEFINE_enum(
+    "partition", "one_label_per_client", list(partitions.PARTITIONS),
+    "XC clients: one label each (FedAwS), --labels_per_client labels each, or "
+    "Dirichlet(--dirichlet_alpha) label skew over --num_clients.")
+_LABELS_PER_CLIENT = flags.DEFINE_integer(
+    "labels_per_client", 5, "XC --partition=k_labels_per_client: labels per client.")
+_NUM_CLIENTS = flags.DEFINE_integer(
+    "num_clients", None, "XC --partition=dirichlet: number of clients.")
+_DIRICHLET_ALPHA = flags.DEFINE_float(
+    "dirichlet_alpha", 0.1, "XC --partition=dirichlet: concentration (small: skewed).")
+_XC_MAX_FEATURES = flags.DEFINE_integer(
+    "xc_max_features", 64, "XC: a point keeps its largest feature values, this many.")
+_XC_VALIDATION_FRACTION = flags.DEFINE_float(
+    "xc_validation_fraction", 0.2,
+    "XC: fraction of the test points used for validation (early stopping).")
 
 _RATINGS_PATH = flags.DEFINE_string(
     "ratings_path", None,
@@ -55,3 +87,13 @@ def task_config_from_flags() -> movielens_task.TaskConfig:
       vocabulary_size=_VOCABULARY_SIZE.value,
       seed=_DATA_SEED.value,
       cache_dir=_CACHE_DIR.value)
+
+
+def xc_task_config_from_flags() -> xc_task.XCTaskConfig:
+  """The XC task the flags describe (validated)."""
+  return xc_task.XCTaskConfig(
+      train_path=_XC_TRAIN_PATH.value, test_path=_XC_TEST_PATH.value,
+      synthetic=_SYNTHETIC_XC.value, partition=_PARTITION.value,
+      labels_per_client=_LABELS_PER_CLIENT.value, num_clients=_NUM_CLIENTS.value,
+      dirichlet_alpha=_DIRICHLET_ALPHA.value, max_features=_XC_MAX_FEATURES.value,
+      validation_fraction=_XC_VALIDATION_FRACTION.value, seed=_DATA_SEED.value)

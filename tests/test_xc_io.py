@@ -63,3 +63,9 @@ def test_train_and_test_headers_must_agree(tmp_path):
 def test_missing_file_is_named(tmp_path):
   with pytest.raises(FileNotFoundError, match="nothere.txt: no such file"):
     xc_io.read_xc_file(os.path.join(tmp_path, "nothere.txt"))
+
+
+def test_features_out_of_order_are_read(tmp_path):
+  data = xc_io.read_xc_file(write(tmp_path, "2 5 4\n1 3:1.0 0:0.5\n2 4:2.0 1:1.0\n"))
+  np.testing.assert_allclose(data.features.toarray(),
+                             [[0.5, 0, 0, 1.0, 0], [0, 1.0, 0, 0, 2.0]])

@@ -2,14 +2,21 @@
 
 from absl import flags
 
-from fed_retrieval.models import model_flags
-from fed_retrieval.algorithms.fedavg import ALGORITHMS
+from fed_retrieval.algorithms import fedavg
+from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms.fedavg import FederatedConfig
+from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
+from fed_retrieval.models import model_flags
+from fed_retrieval.training import xc_training
+from losses import class_spreadout
 
 _DEFAULTS = FederatedConfig()
-ALGORITHM = flags.DEFINE_enum("algorithm", _DEFAULTS.algorithm, list(ALGORITHMS),
-                              "Federated algorithm.")
+_XC_DEFAULTS = FedAwSConfig()
+ALGORITHM = flags.DEFINE_enum(
+    "algorithm", None, list(fedavg.ALGORITHMS + fedaws.ALGORITHMS),
+    "Federated algorithm: fedavg|fedsgd (MovieLens, default fedavg); fedaws|"
+    "positive_only|fixed_class_embeddings|softmax_oracle (--task=xc, default fedaws).")
 ROUNDS = flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Federated rounds.")
 CLIENTS_PER_ROUND = flags.DEFINE_integer("clients_per_round",
                                          _DEFAULTS.clients_per_round,
@@ -18,14 +25,34 @@ LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs,
                                     "Passes over its data a client makes per round.")
 CLIENT_OPTIMIZER = flags.DEFINE_enum("client_optimizer", _DEFAULTS.client_optimizer,
                                      list(OPTIMIZER_NAMES), "FedAvg client optimizer.")
-CLIENT_LEARNING_RATE = flags.DEFINE_float("client_learning_rate",
-                                          _DEFAULTS.client_learning_rate,
-                                          "FedAvg client learning rate.")
+CLIENT_LEARNING_RATE = flags.DEFINE_float(
+    "client_learning_rate", None,
+    f"Client learning rate (default {_DEFAULTS.client_learning_rate}; --task=xc: "
+    f"{_XC_DEFAULTS.client_learning_rate}).")
 SERVER_OPTIMIZER = flags.DEFINE_enum("server_optimizer", _DEFAULTS.server_optimizer,
                                      list(OPTIMIZER_NAMES), "Server optimizer.")
-SERVER_LEARNING_RATE = flags.DEFINE_float("server_learning_rate",
-                                          _DEFAULTS.server_learning_rate,
-                                          "Server learning rate.")
+SERVER_LEARNING_RATE = flags.DEFINE_float(
+    "server_learning_rate", None,
+    f"Server learning rate (default {_DEFAULTS.server_learning_rate}; --task=xc: "
+    f"{_XC_DEFAULTS.server_learning_rate}).")
+SPREADOUT = flags.DEFINE_enum(
+    "spreadout", _XC_DEFAULTS.spreadout, list(class_spreadout.SPREADOUT_MODES),
+    "FedAwS server step: topk (each updated class against its k nearest, eq. 8) or "
+    "all (against every class, to margin --spreadout_margin, eq. 7).")
+SPREADOUT_K = flags.DEFINE_integer("spreadout_k", _XC_DEFAULTS.spreadout_k,
+                                   "FedAwS: nearest classes per updated class (topk).")
+SPREADOUT_LAMBDA = flags.DEFINE_float(
+    "spreadout_lambda", _XC_DEFAULTS.spreadout_lambda,
+    "FedAwS: learning-rate multiplier of the server spreadout step (lambda).")
+SPREADOUT_MARGIN = flags.DEFINE_float(
+    "spreadout_margin", _XC_DEFAULTS.spreadout_margin,
+    "FedAwS --spreadout=all: the distance nu classes are pushed to.")
+XC_ARCHITECTURE = flags.DEFINE_enum(
+    "xc_architecture", "small", list(xc_training.ARCHITECTURES),
+    "XC model: small (64-dim bag, 128 hidden, 64-dim output) or paper (512, "
+    "1024-1024, 512).")
+LOGIT_SCALE = flags.DEFINE_float("logit_scale", 20.0,
+                                 "XC: logits are this times the cosine.")
 EVAL_EVERY = flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every,
                                   "Evaluate on the validation users every N rounds.")
 CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", _DEFAULTS.checkpoint_every,
@@ -43,13 +70,41 @@ MIN_DELTA = flags.DEFINE_float(
 def federated_config_from_flags(loss: str) -> FederatedConfig:
   return FederatedConfig(
       objective=model_flags.objective_config_from_flags(loss),
-      algorithm=ALGORITHM.value, rounds=ROUNDS.value,
+      algorithm=ALGORITHM.value or _DEFAULTS.algorithm, rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       batch_size=model_flags.BATCH_SIZE.value,
       client_optimizer=CLIENT_OPTIMIZER.value,
-      client_learning_rate=CLIENT_LEARNING_RATE.value,
+      client_learning_rate=_or(CLIENT_LEARNING_RATE.value,
+                               _DEFAULTS.client_learning_rate),
       server_optimizer=SERVER_OPTIMIZER.value,
-      server_learning_rate=SERVER_LEARNING_RATE.value,
+      server_learning_rate=_or(SERVER_LEARNING_RATE.value,
+                               _DEFAULTS.server_learning_rate),
       eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value,
       patience=PATIENCE.value, min_delta=MIN_DELTA.value,
       seed=model_flags.SEED.value, ks=model_flags.ks_from_flag())
+
+
+def _or(value, default):
+  return default if value is None else value
+
+
+def xc_federated_config_from_flags(algorithm: str = None
+                                   ) -> xc_training.XCFederatedConfig:
+  """The XC run the flags describe (`algorithm` overrides --algorithm)."""
+  fedaws_config = FedAwSConfig(
+      algorithm=algorithm or ALGORITHM.value or _XC_DEFAULTS.algorithm,
+      client_learning_rate=_or(CLIENT_LEARNING_RATE.value,
+                               _XC_DEFAULTS.client_learning_rate),
+      server_optimizer=SERVER_OPTIMIZER.value,
+      server_learning_rate=_or(SERVER_LEARNING_RATE.value,
+                               _XC_DEFAULTS.server_learning_rate),
+      hinge_margin=model_flags.MARGIN.value, spreadout=SPREADOUT.value,
+      spreadout_k=SPREADOUT_K.value, spreadout_lambda=SPREADOUT_LAMBDA.value,
+      spreadout_margin=SPREADOUT_MARGIN.value)
+  return xc_training.XCFederatedConfig(
+      algorithm=fedaws_config, architecture=XC_ARCHITECTURE.value,
+      logit_scale=LOGIT_SCALE.value, rounds=ROUNDS.value,
+      clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
+      batch_size=model_flags.BATCH_SIZE.value, eval_every=EVAL_EVERY.value,
+      checkpoint_every=CHECKPOINT_EVERY.value, patience=PATIENCE.value,
+      min_delta=MIN_DELTA.value, seed=model_flags.SEED.value)

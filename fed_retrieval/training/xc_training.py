@@ -35,8 +35,8 @@ class XCFederatedConfig:
   clients_per_round: int = 100
   local_epochs: int = 1
   batch_size: int = 16
-  eval_every: int = 10
-  checkpoint_every: int = 10
+  eval_every: int = 5
+  checkpoint_every: int = 5
   patience: int = 4
   min_delta: float = 0.01
   seed: int = 0

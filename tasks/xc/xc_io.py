@@ -4,8 +4,9 @@ The format (manikvarma.org/downloads/XC/XMLRepository.html): a header line
 `num_points num_features num_labels`, then one line per point,
 `l1,l2,... f:v f:v ...` with 0-based label and feature indices; a point may have
 no label (the line starts with a space). Parsing is scikit-learn's svmlight
-reader (fast, C); when it or a check fails, the file is scanned line by line so
-that the error names the first bad line. Nothing is returned on bad input.
+reader (fast, C); when it or a check fails, the file is parsed line by line in
+Python, so that an error names the first bad line (and features given out of
+order, which the fast reader refuses, are read). Nothing is returned on bad input.
 """
 
 import dataclasses
@@ -49,9 +50,9 @@ def _header(path: str, line: str) -> Tuple[int, int, int]:
   return points, features, labels
 
 
-def _check_line(path: str, number: int, line: str, num_features: int,
-                num_labels: int) -> None:
-  """Raises XCFormatError naming the line when it is not `labels f:v ...`."""
+def _parse_line(path: str, number: int, line: str, num_features: int,
+                num_labels: int) -> Tuple[List[int], List[int], List[float]]:
+  """(labels, feature ids, values) of `labels f:v ...`; XCFormatError names the line."""
   where = f"{path}:{number}"
   if not line.strip():
     raise XCFormatError(f"{where}: empty line")
@@ -59,35 +60,50 @@ def _check_line(path: str, number: int, line: str, num_features: int,
   label_token, feature_tokens = tokens[0], [t for t in tokens[1:] if t]
   if ":" in label_token:  # No label: the line began with a feature.
     label_token, feature_tokens = "", [label_token] + feature_tokens
+  labels, ids, values = [], [], []
   for label in filter(None, label_token.split(",")):
     if not label.isdigit():
       raise XCFormatError(f"{where}: bad label {label!r} (expected a 0-based integer)")
     if int(label) >= num_labels:
       raise XCFormatError(f"{where}: label {label} is beyond the header's "
                           f"num_labels {num_labels}")
+    labels.append(int(label))
   for token in feature_tokens:
     index, sep, value = token.partition(":")
     if not sep or not index.isdigit():
       raise XCFormatError(f"{where}: bad feature token {token!r} (expected index:value)")
     try:
-      float(value)
+      values.append(float(value))
     except ValueError:
       raise XCFormatError(f"{where}: bad feature value in {token!r}") from None
     if int(index) >= num_features:
       raise XCFormatError(f"{where}: feature {index} is beyond the header's "
                           f"num_features {num_features}")
+    ids.append(int(index))
+  return labels, ids, values
 
 
-def _locate_error(path: str, num_features: int, num_labels: int,
-                  fallback: str) -> XCFormatError:
+def _parse_in_python(path: str, num_points: int, num_features: int,
+                     num_labels: int) -> XCData:
+  """The slow path: every line checked, so an error names its line. It also
+  reads what the fast reader refuses but the format allows (unsorted features)."""
+  labels, rows, cols, values = [], [], [], []
   with open(path) as f:
     next(f)
     for number, line in enumerate(f, start=2):
-      try:
-        _check_line(path, number, line, num_features, num_labels)
-      except XCFormatError as e:
-        return e
-  return XCFormatError(f"{path}: {fallback}")
+      point_labels, ids, point_values = _parse_line(path, number, line, num_features,
+                                                    num_labels)
+      labels.append(np.asarray(point_labels, np.int64))
+      rows += [len(labels) - 1] * len(ids)
+      cols += ids
+      values += point_values
+  if len(labels) != num_points:
+    raise XCFormatError(f"{path}: the header says {num_points} points, the body has "
+                        f"{len(labels)} lines")
+  features = scipy.sparse.csr_matrix(
+      (np.asarray(values, np.float32), (rows, cols)), shape=(num_points, num_features))
+  features.sum_duplicates()
+  return XCData(features, labels, num_labels)
 
 
 def read_xc_file(path: str) -> XCData:
@@ -113,24 +129,24 @@ def read_xc_file(path: str) -> XCData:
     features, labels = load_svmlight_file(
         path, n_features=num_features, dtype=np.float32, multilabel=True, zero_based=True,
         offset=len(header) - 1)
-  except ValueError as e:
-    raise _locate_error(path, num_features, num_labels, str(e)) from None
+  except ValueError:
+    return _parse_in_python(path, num_points, num_features, num_labels)
   all_labels = np.concatenate([np.asarray(p, np.float64) for p in labels] +
                               [np.zeros(0)])
   if features.shape[1] > num_features or np.any(
       (all_labels >= num_labels) | (all_labels < 0) | (all_labels != np.floor(all_labels))):
-    raise _locate_error(path, num_features, num_labels, "an index is out of range")
+    return _parse_in_python(path, num_points, num_features, num_labels)
   if features.shape[0] != num_points:
-    raise XCFormatError(f"{path}: the header says {num_points} points, the body has "
-                        f"{features.shape[0]} lines")
+    return _parse_in_python(path, num_points, num_features, num_labels)
   features = scipy.sparse.csr_matrix(
       (features.data, features.indices, features.indptr), shape=(num_points, num_features))
   return XCData(features, [np.asarray(point, np.int64) for point in labels], num_labels)
 
 
 def write_xc_file(data: XCData, path: str) -> None:
-  """Writes `data` in the XC text format (used by the synthetic generator and tests)."""
+  """Writes `data` in the XC text format (features in increasing order)."""
   features = data.features.tocsr()
+  features.sort_indices()
   with open(path, "w") as f:
     f.write(f"{data.num_points} {data.num_features} {data.num_labels}\n")
     for row, labels in enumerate(data.labels):

@@ -1,0 +1,77 @@
+"""The XC entry points as real processes: the comparison, a resumed run, bad files."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+from tasks.xc import synthetic_xc
+from tasks.xc import xc_io
+from tests.script_runs import ROOT
+
+QUICK = ["--task=xc", "--rounds=4", "--clients_per_round=20", "--eval_every=2",
+         "--patience=0", "--spreadout_k=3"]
+
+
+def run(*args, timeout=900):
+  return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):
+  train, test = synthetic_xc.generate(synthetic_xc.PRESETS["xc_tiny"])
+  xc_io.write_xc_file(train, os.path.join(tmp_path, "train.txt"))
+  xc_io.write_xc_file(test, os.path.join(tmp_path, "test.txt"))
+  result = run("scripts.compare", *QUICK, f"--xc_train_path={tmp_path}/train.txt",
+               f"--xc_test_path={tmp_path}/test.txt", "--partition=one_label_per_client",
+               "--algorithms=fedaws,softmax_oracle", f"--output_dir={tmp_path}/out")
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(tmp_path, "out", "results.csv")) as f:
+    rows = list(csv.DictReader(f))
+  assert [r["algorithm"] for r in rows] == ["fedaws", "softmax_oracle",
+                                            "most_frequent_labels"]
+  for row in rows:
+    assert 0.0 <= float(row["precision@1"]) <= 1.0
+    assert float(row["precision@5"]) <= float(row["precision@1"]) + 1.0
+  fedaws_down, oracle_down = (int(r["bytes_down_per_client"]) for r in rows[:2])
+  # The oracle sends the whole 200 x 64 class table, FedAwS one row.
+  assert oracle_down - fedaws_down == 4 * (200 - 1) * 64
+  assert rows[0]["rounds"] == "4"
+  assert "| fedaws |" in result.stdout
+  with open(os.path.join(tmp_path, "out", "precision_curves.png"), "rb") as f:
+    assert f.read(4) == b"\x89PNG"
+  # Re-running returns the finished runs' results without training.
+  again = run("scripts.compare", *QUICK, f"--xc_train_path={tmp_path}/train.txt",
+              f"--xc_test_path={tmp_path}/test.txt", "--algorithms=fedaws,softmax_oracle",
+              f"--output_dir={tmp_path}/out")
+  assert again.returncode == 0 and again.stdout == result.stdout
+
+
+def test_train_federated_exports_a_classifier_that_scores_like_the_server(tmp_path):
+  result = run("scripts.train_federated", *QUICK, "--synthetic_xc=xc_tiny",
+               "--partition=k_labels_per_client", "--labels_per_client=4",
+               "--algorithm=fedaws", f"--output_dir={tmp_path}/run")
+  assert result.returncode == 0, result.stderr[-3000:]
+  results = json.loads(result.stdout)
+  assert results["algorithm"] == "fedaws" and results["partition"] == "k_labels_per_client"
+  export_dir = os.path.join(tmp_path, "run", "export")
+  table = np.load(os.path.join(export_dir, "class_embeddings.npy"))
+  assert table.shape == (200, 64)
+  np.testing.assert_allclose(np.linalg.norm(table, axis=1), 1.0, rtol=1e-5)
+
+
+def test_a_bad_xc_file_fails_with_its_line_and_writes_nothing(tmp_path):
+  with open(os.path.join(tmp_path, "train.txt"), "w") as f:
+    f.write("2 10 5\n0 1:0.5\n9 2:1.0\n")
+  with open(os.path.join(tmp_path, "test.txt"), "w") as f:
+    f.write("1 10 5\n0 1:0.5\n")
+  result = run("scripts.compare", *QUICK, f"--xc_train_path={tmp_path}/train.txt",
+               f"--xc_test_path={tmp_path}/test.txt", f"--output_dir={tmp_path}/out")
+  assert result.returncode == 2
+  assert f"{tmp_path}/train.txt:3: label 9 is beyond the header's num_labels 5" in (
+      result.stderr)
+  assert len(result.stderr.strip().splitlines()) == 1
+  assert not os.path.exists(os.path.join(tmp_path, "out", "results.csv"))
