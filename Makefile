@@ -9,7 +9,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo compare-ml1m compare-ml1m-alt test benchmark bazel clean
+.PHONY: demo compare-ml1m compare-ml1m-alt compare-xc compare-xc-alt test benchmark \
+        benchmark-spreadout bazel clean
 
 $(STAMP): requirements.txt requirements-tff.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +35,15 @@ compare-ml1m: $(STAMP)
 compare-ml1m-alt: $(STAMP)
 	$(PY) -m scripts.compare --synthetic=ml1m_alt --output_dir=runs/compare_ml1m_alt
 
+# FedAwS and its baselines (the paper's Table 3 analogue) on the synthetic XC
+# data, one label per client; and on the second preset.
+compare-xc: $(STAMP)
+	$(PY) -m scripts.compare --task=xc --synthetic_xc=xc_small --output_dir=runs/compare_xc
+
+compare-xc-alt: $(STAMP)
+	$(PY) -m scripts.compare --task=xc --synthetic_xc=xc_small_alt \
+	    --output_dir=runs/compare_xc_alt
+
 # Bazel only checks the BUILD graph (`bazel query`); Debian's bazel-bootstrap is
 # installed when missing and we are root (as in CI).
 bazel:
@@ -47,6 +57,11 @@ test: $(STAMP) bazel
 benchmark: $(STAMP)
 	$(PY) -m scripts.benchmark --synthetic=ml1m --loss=global_softmax
 	$(PY) -m scripts.benchmark --synthetic=ml1m --loss=batch_softmax
+
+# FedAwS's server step: 1,000 updated classes against 100k x 128, then all 100k.
+benchmark-spreadout: $(STAMP)
+	$(PY) -m scripts.benchmark_spreadout --updated_classes=1000
+	$(PY) -m scripts.benchmark_spreadout --updated_classes=0 --repeats=1
 
 clean:
 	rm -rf $(VENV) runs
