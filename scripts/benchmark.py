@@ -15,7 +15,7 @@ from absl import flags
 
 from fed_retrieval.models import model_flags
 from fed_retrieval.reports import throughput
-from fed_retrieval.algorithms.fedavg import FederatedConfig
+from fed_retrieval.training.federated_loop import FederatedConfig
 from losses import registry
 from tasks.movielens import movielens_task
 from tasks import task_flags

@@ -6,7 +6,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import fedavg
-from fed_retrieval.algorithms.fedavg import FederatedConfig
+from fed_retrieval.training.federated_loop import FederatedConfig
 from losses.registry import ObjectiveConfig
 
 W0 = np.array([0.5, -0.5], np.float32)

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from fed_retrieval.training import federated_loop
-from fed_retrieval.algorithms.fedavg import FederatedConfig
+from fed_retrieval.training.federated_loop import FederatedConfig
 from tasks.movielens import movielens_task
 from losses.registry import ObjectiveConfig
 from tests.script_runs import run_script

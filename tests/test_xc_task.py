@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 import scipy.sparse
+import tensorflow as tf
 
+from fed_retrieval.models import xc_encoder
 from tasks.xc import partitions
 from tasks.xc import synthetic_xc
 from tasks.xc import xc_task
@@ -86,3 +88,16 @@ def test_xc_task_one_label_per_client_and_evaluation_keeps_all_labels():
   assert all(l in s for l, s in zip(task.train_labels, task.train.label_sets))
   assert len(task.validation) + len(task.test) == synthetic_xc.PRESETS["xc_tiny"].num_test
   assert np.mean([len(s) for s in task.test.label_sets]) > 1.5
+
+
+def test_xc_classifier_round_trips_through_keras_config():
+  config = xc_encoder.XCEncoderConfig(num_features=9, num_labels=6, bag_dim=4,
+                                      hidden_dims=(5,), embedding_dim=3)
+  model = xc_encoder.build_xc_classifier(config, seed=2)
+  again = tf.keras.Model.from_config(model.get_config())
+  again.set_weights(model.get_weights())
+  ids = np.array([[1, 4, 0]], np.int32)
+  values = np.array([[0.6, 0.4, 0.0]], np.float32)
+  np.testing.assert_allclose(again((ids, values)), model((ids, values)), rtol=1e-6)
+  assert [tuple(w.shape) for w in model.trainable_weights] == (
+      config.weight_shapes() + [(6, 3)])

@@ -6,7 +6,6 @@ client updates: TFF's client work zeroes such an update and gives it weight 0,
 so it is not averaged in (see tests/test_fedavg.py).
 """
 
-import dataclasses
 from typing import Callable, Sequence, Tuple
 
 import numpy as np
@@ -24,49 +23,6 @@ ALGORITHMS = ("fedavg", "fedsgd")
 # here (9.6k vs 5.0k on the synthetic ml1m preset, batch softmax).
 CLIENT_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
 ModelFn = Callable[[], tff.learning.models.VariableModel]
-
-
-@dataclasses.dataclass(frozen=True)
-class FederatedConfig:
-  """How the federated model is trained (names follow the script flags).
-
-  The defaults are FedAdam (client SGD at 1.0, server Adam at 0.02): plain
-  FedAvg (server SGD at 1.0) learns the hinge loss far more slowly, because its
-  cosine-scale gradients are ~1/T = 20 times smaller than the softmax losses',
-  and Adam on the server normalizes that away (measured in the README). Client
-  SGD at 1.0 rather than 0.5 speeds up hinge + spreadout and leaves global
-  softmax where it was (README). `rounds` is a cap: by default a run stops
-  once 4 evaluations (20 rounds) have not improved validation recall.
-  """
-  objective: registry.ObjectiveConfig = registry.ObjectiveConfig()
-  algorithm: str = "fedavg"
-  rounds: int = 300
-  clients_per_round: int = 100
-  local_epochs: int = 1
-  batch_size: int = 16
-  client_optimizer: str = "sgd"
-  client_learning_rate: float = 1.0
-  server_optimizer: str = "adam"
-  server_learning_rate: float = 0.02
-  eval_every: int = 5
-  checkpoint_every: int = 5
-  patience: int = 4
-  min_delta: float = 0.01
-  seed: int = 0
-  ks: Tuple[int, ...] = (1, 5, 10)
-
-  def __post_init__(self):
-    if self.algorithm not in ALGORITHMS:
-      raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, got "
-                       f"'{self.algorithm}'")
-    for name in ("rounds", "clients_per_round", "local_epochs", "batch_size",
-                 "eval_every", "checkpoint_every"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-    if self.patience < 0:  # The run loop's StoppingRule reads both.
-      raise ValueError(f"--patience must be >= 0, got {self.patience}")
-    if self.min_delta < 0:
-      raise ValueError(f"--min_delta must be >= 0, got {self.min_delta}")
 
 
 def input_spec(max_context_length: int) -> Tuple[tf.TensorSpec, tf.TensorSpec]:
@@ -95,9 +51,11 @@ def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig,
   return model_fn
 
 
-def build_learning_process(model_fn: ModelFn, config: FederatedConfig
+def build_learning_process(model_fn: ModelFn, config
                            ) -> tff.learning.templates.LearningProcess:
-  """FedAvg (weighted by examples) or FedSGD with the configured optimizers."""
+  """FedAvg (weighted by examples) or FedSGD with the optimizers of `config`
+  (`algorithm`, `client_optimizer`, `client_learning_rate`, `server_optimizer`,
+  `server_learning_rate`: a `federated_loop.FederatedConfig`)."""
   server_optimizer = optimizers.tff_optimizer(
       config.server_optimizer, config.server_learning_rate, "server_optimizer")
   if config.algorithm == "fedsgd":

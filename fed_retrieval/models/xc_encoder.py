@@ -83,24 +83,28 @@ def tower_forward(weights: Sequence[tf.Tensor], feature_ids: tf.Tensor,
   return scoring.l2_normalize(hidden)
 
 
-def _config_dict(config: XCEncoderConfig, seed: int) -> dict:
-  return {"encoder_config": dataclasses.asdict(config), "seed": seed}
-
-
-def _from_config_dict(config: dict) -> dict:
-  encoder = dict(config.pop("encoder_config"))
-  encoder["hidden_dims"] = tuple(encoder["hidden_dims"])
-  return {"config": XCEncoderConfig(**encoder), **config}
-
-
-@tf.keras.utils.register_keras_serializable(package="fed_retrieval")
-class InstanceTower(tf.keras.layers.Layer):
-  """The tower as a Keras layer over `tower_forward` (weights in its order)."""
+class _XCLayer(tf.keras.layers.Layer):
+  """A layer built from an `XCEncoderConfig` and a seed (and saved with them)."""
 
   def __init__(self, config: XCEncoderConfig, seed: int = 0, **kwargs):
     super().__init__(**kwargs)
     self._config = config
     self._seed = seed
+
+  def get_config(self):
+    return {**super().get_config(), "encoder_config": dataclasses.asdict(self._config),
+            "seed": self._seed}
+
+  @classmethod
+  def from_config(cls, config):
+    encoder = dict(config.pop("encoder_config"))
+    encoder["hidden_dims"] = tuple(encoder["hidden_dims"])
+    return cls(XCEncoderConfig(**encoder), **config)
+
+
+@tf.keras.utils.register_keras_serializable(package="fed_retrieval")
+class InstanceTower(_XCLayer):
+  """The tower as a Keras layer over `tower_forward` (weights in its order)."""
 
   def build(self, input_shape):
     initial = initial_tower_weights(self._config, self._seed)
@@ -110,39 +114,20 @@ class InstanceTower(tf.keras.layers.Layer):
         for i, w in enumerate(initial)]
     super().build(input_shape)
 
-  def get_config(self):
-    return {**super().get_config(), **_config_dict(self._config, self._seed)}
-
-  @classmethod
-  def from_config(cls, config):
-    return cls(**_from_config_dict(config))
-
   def call(self, inputs):
     feature_ids, feature_values = inputs
     return tower_forward(self.tower_weights, feature_ids, feature_values)
 
 
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")
-class ClassTable(tf.keras.layers.Layer):
+class ClassTable(_XCLayer):
   """The class embeddings [C, D]; scores instance embeddings against all of them."""
-
-  def __init__(self, config: XCEncoderConfig, seed: int = 0, **kwargs):
-    super().__init__(**kwargs)
-    self._config = config
-    self._seed = seed
 
   def build(self, input_shape):
     self.table = self.add_weight(
         name="class_table", shape=(self._config.num_labels, self._config.embedding_dim),
         initializer=tf.constant_initializer(initial_class_table(self._config, self._seed)))
     super().build(input_shape)
-
-  def get_config(self):
-    return {**super().get_config(), **_config_dict(self._config, self._seed)}
-
-  @classmethod
-  def from_config(cls, config):
-    return cls(**_from_config_dict(config))
 
   def call(self, instance_embeddings):
     cosine = tf.matmul(instance_embeddings, scoring.l2_normalize(self.table),

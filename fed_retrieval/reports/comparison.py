@@ -29,7 +29,7 @@ from fed_retrieval.training import federated_loop
 from fed_retrieval.training import run_directory
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training.centralized_loop import CentralizedConfig
-from fed_retrieval.algorithms.fedavg import FederatedConfig
+from fed_retrieval.training.federated_loop import FederatedConfig
 from tasks.movielens import movielens_task
 
 BUDGETS = ("converged", "matched")

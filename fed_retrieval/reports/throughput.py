@@ -23,7 +23,7 @@ from fed_retrieval.algorithms import fedavg
 from fed_retrieval.training import federated_loop
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.runtime import tff_runtime
-from fed_retrieval.algorithms.fedavg import FederatedConfig
+from fed_retrieval.training.federated_loop import FederatedConfig
 from losses import registry
 from tasks import client_data
 from tasks.movielens.movielens_task import MovieLensTask

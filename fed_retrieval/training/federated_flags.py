@@ -4,7 +4,7 @@ from absl import flags
 
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedaws
-from fed_retrieval.algorithms.fedavg import FederatedConfig
+from fed_retrieval.training.federated_loop import FederatedConfig
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
 from fed_retrieval.models import model_flags

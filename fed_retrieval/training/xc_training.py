@@ -46,12 +46,7 @@ class XCFederatedConfig:
     if self.architecture not in ARCHITECTURES:
       raise ValueError(f"--xc_architecture must be one of {', '.join(ARCHITECTURES)}, "
                        f"got '{self.architecture}'")
-    for name in ("rounds", "clients_per_round", "local_epochs", "batch_size",
-                 "eval_every", "checkpoint_every"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-    if self.patience < 0 or self.min_delta < 0:
-      raise ValueError("--patience and --min_delta must be >= 0")
+    federated_loop.check_loop_settings(self)
 
 
 def model_config_for(task: XCTask, config: XCFederatedConfig
