@@ -9,7 +9,7 @@ from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.models import xc_encoder
 from tasks.xc import xc_task
-from tests.test_class_spreadout import numpy_topk_step
+from tests.spreadout_reference import numpy_topk_step
 
 MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=5, bag_dim=3,
                                    hidden_dims=(), embedding_dim=2)
