@@ -1,6 +1,5 @@
 """Every Python file belongs to a BUILD target, and `bazel query` accepts the graph."""
 
-import ast
 import os
 import shutil
 import subprocess
