@@ -2,7 +2,9 @@
 
 Every loss takes `y_true`, the positive item ids [B], and `y_pred`, the scores of
 each context against every item of the vocabulary [B, V] (cosine similarities
-for a normalized model; column 0, padding, is -1e9). From those one tensor each
+for a normalized model; column 0, padding, is -1e9), or against a candidate set
+[B, K] with `y_true` the positions of the positives in it (`models/scoring.py`,
+`candidate_scores`). From those one tensor each
 loss picks what it needs, so the same objects serve Keras `fit` and TFF's
 `from_keras_model` (whose losses see only y_true and y_pred):
 - batch softmax: softmax over the batch's positives, s[i, y_j] / T (in-batch

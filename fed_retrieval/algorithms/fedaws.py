@@ -104,10 +104,15 @@ def client_keys(labels: tf.Tensor, rows_per_client: int) -> Tuple[tf.Tensor, tf.
           tf.range(rows_per_client) < count)
 
 
-def positive_hinge_loss(instance_embeddings: tf.Tensor, class_rows: tf.Tensor,
-                        margin: float) -> tf.Tensor:
-  """Mean of max(0, margin - cos(instance, its class row))^2 (eq. 23)."""
-  cosine = tf.reduce_sum(instance_embeddings * scoring.l2_normalize(class_rows), -1)
+def positive_hinge_loss(instance_embeddings: tf.Tensor, rows: tf.Tensor,
+                        positions: tf.Tensor, margin: float) -> tf.Tensor:
+  """Mean of max(0, margin - cos(instance, its class row))^2 (eq. 23).
+
+  The client's candidate set is the rows it holds; each instance is scored
+  against its own row (`positions`: the row of its label).
+  """
+  cosine = scoring.candidate_scores(instance_embeddings, scoring.l2_normalize(rows),
+                                    positions[:, None])[:, 0]
   return tf.reduce_mean(tf.square(tf.maximum(margin - cosine, 0.0)))
 
 
@@ -124,7 +129,7 @@ def local_training(tower: List[tf.Tensor], rows: tf.Tensor, keys: tf.Tensor,
     with tf.GradientTape() as tape:
       tape.watch(weights + [current_rows])
       embeddings = xc_encoder.tower_forward(weights, feature_ids, feature_values)
-      loss = positive_hinge_loss(embeddings, tf.gather(current_rows, positions),
+      loss = positive_hinge_loss(embeddings, current_rows, positions,
                                  config.hinge_margin)
     grads = tape.gradient(loss, weights + [current_rows])
     weights = tuple(_sgd_step(w, g, config.client_learning_rate)

@@ -2,10 +2,12 @@
 
 Three ways to score, for three needs:
 - `candidate_scores`: against a given candidate set (the rows a client holds:
-  its own classes, its positives, sampled negatives), [B, K]; the losses take
-  these scores with labels that are positions in the candidate set.
-- `full_scores` (the dual encoder's output): against every row, [B, V]; for
-  global softmax on small vocabularies.
+  its own classes, its positives, sampled negatives), [B, K]: FedAwS clients
+  score each instance against its own class row; the losses of
+  `losses/retrieval_losses.py` take such scores with labels that are positions
+  in the candidate set.
+- `dual_encoder.score_items` (the dual encoder's output): against every row,
+  [B, V]; for global softmax on small vocabularies.
 - `chunked_top_k`: the k best rows of every query over the whole table, a
   block of queries at a time, so a large label space never becomes a dense
   N x C matrix in memory (evaluation, and the server's nearest-class search).
