@@ -1,10 +1,9 @@
-"""The server spreadout step and the chunked nearest-row search against NumPy."""
+"""The server spreadout step and its nearest-class search against NumPy."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from fed_retrieval.models import scoring
 from losses import class_spreadout
 from tests.spreadout_reference import numpy_all_pairs_step
 from tests.spreadout_reference import numpy_topk_step
@@ -14,29 +13,6 @@ from tests.spreadout_reference import unit
 @pytest.fixture
 def table():
   return np.random.default_rng(0).normal(size=(30, 5))
-
-
-def test_chunked_top_k_matches_numpy_for_any_chunk(table):
-  queries = np.random.default_rng(1).normal(size=(17, 5))
-  expected = np.argsort(-(queries @ table.T), axis=1, kind="stable")[:, :4]
-  for budget in (1, 30, 31 * 7, 10_000):  # One query per block ... all at once.
-    values, ids = scoring.chunked_top_k(tf.constant(queries), tf.constant(table), 4, budget)
-    np.testing.assert_array_equal(ids.numpy(), expected)
-    np.testing.assert_allclose(values.numpy(),
-                               np.take_along_axis(queries @ table.T, expected, 1),
-                               rtol=1e-6)
-
-
-def test_candidate_scores_for_a_shared_set_and_per_query_sets(table):
-  queries = np.random.default_rng(2).normal(size=(3, 5))
-  shared = np.array([4, 0, 9])
-  np.testing.assert_allclose(
-      scoring.candidate_scores(queries, table, shared).numpy(), queries @ table[shared].T,
-      rtol=1e-6)
-  per_query = np.array([[1, 2], [3, 4], [5, 6]])
-  np.testing.assert_allclose(
-      scoring.candidate_scores(queries, table, per_query).numpy(),
-      np.einsum("bd,bkd->bk", queries, table[per_query]), rtol=1e-6)
 
 
 def test_nearest_classes_excludes_the_class_itself(table):
