@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fed_retrieval.training import centralized_loop
 from fed_retrieval import export
-from tasks.movielens import movielens_task
+from fed_retrieval.training import centralized_loop
 from losses.registry import ObjectiveConfig
+from tasks.movielens import movielens_task
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

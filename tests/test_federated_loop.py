@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training.federated_loop import FederatedConfig
-from tasks.movielens import movielens_task
 from losses.registry import ObjectiveConfig
+from tasks.movielens import movielens_task
 from tests.script_runs import run_script
 from tests.script_runs import wait_for_round
 from tests.script_runs import worker_pids

@@ -35,7 +35,6 @@ def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):
                                             "most_frequent_labels"]
   for row in rows:
     assert 0.0 <= float(row["precision@1"]) <= 1.0
-    assert float(row["precision@5"]) <= float(row["precision@1"]) + 1.0
   fedaws_down, oracle_down = (int(r["bytes_down_per_client"]) for r in rows[:2])
   # The oracle sends the whole 200 x 64 class table, FedAwS one row.
   assert oracle_down - fedaws_down == 4 * (200 - 1) * 64
