@@ -17,8 +17,8 @@ from fed_retrieval.models import model_flags
 from fed_retrieval.reports import throughput
 from fed_retrieval.training.federated_loop import FederatedConfig
 from losses import registry
-from tasks.movielens import movielens_task
 from tasks import task_flags
+from tasks.movielens import movielens_task
 
 _ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed federated rounds (after one warm-up).")
 _CLIENTS_PER_ROUND = flags.DEFINE_integer("clients_per_round", 100, "Clients per round.")

@@ -22,10 +22,10 @@ from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
 from fed_retrieval.algorithms import fedaws
+from fed_retrieval.models import model_flags
 from fed_retrieval.reports import comparison
 from fed_retrieval.reports import xc_comparison
 from fed_retrieval.training import federated_flags
-from fed_retrieval.models import model_flags
 from fed_retrieval.training.centralized_loop import CentralizedConfig
 from losses import registry
 from tasks import task_flags

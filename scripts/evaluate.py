@@ -10,12 +10,12 @@ import json
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval import export
+from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval.models import model_flags
 from fed_retrieval.training import run_directory
-from tasks.movielens import movielens_task
 from tasks import task_flags
+from tasks.movielens import movielens_task
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "An export directory.")
 _SPLIT = flags.DEFINE_string(

@@ -9,8 +9,8 @@ import os
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval.models import dual_encoder
 from fed_retrieval import export
+from fed_retrieval.models import dual_encoder
 from fed_retrieval.training import run_directory
 from fed_retrieval.training.centralized_loop import CHECKPOINT
 

@@ -10,9 +10,9 @@ import json
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
+from tasks import task_flags
 from tasks.movielens import movielens_task
 from tasks.movielens import prepared_dataset
-from tasks import task_flags
 
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where to write the data.")
 flags.mark_flag_as_required("output_dir")

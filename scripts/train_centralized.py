@@ -11,10 +11,10 @@ import json
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval.training import centralized_loop
 from fed_retrieval.models import model_flags
-from tasks.movielens import movielens_task
+from fed_retrieval.training import centralized_loop
 from tasks import task_flags
+from tasks.movielens import movielens_task
 
 _EPOCHS = flags.DEFINE_integer("epochs", 1, "Passes over the training data.")
 _STEPS = flags.DEFINE_integer("steps", None, "Train this many batches instead.")

@@ -15,12 +15,12 @@ import json
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
+from fed_retrieval.models import model_flags
 from fed_retrieval.training import federated_flags
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training import xc_training
-from fed_retrieval.models import model_flags
-from tasks.movielens import movielens_task
 from tasks import task_flags
+from tasks.movielens import movielens_task
 from tasks.xc import xc_task
 
 flags.mark_flag_as_required("output_dir")

@@ -12,9 +12,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fed_retrieval.models import dual_encoder
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.evaluation import recall_metrics
+from fed_retrieval.models import dual_encoder
 from losses import registry
 
 ALGORITHMS = ("fedavg", "fedsgd")

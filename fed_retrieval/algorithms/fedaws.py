@@ -49,7 +49,7 @@ class FedAwSConfig:
   learned nothing in 30 rounds here). lambda is 0.1, not the paper's 10: the
   step is lambda * eta times the gradient of a sum over k neighbours of unit
   rows (up to 2k per row), and at eta 0.2 lambda 10 moves a row by ~40 units
-  a round; validation P@1 after 60 rounds on xc_small was 0.14 / 0.35 / 0.46
+  a round; validation P@1 after 60 rounds on xc_small was 0.13 / 0.35 / 0.46
   at lambda 10 / 0.5 / 0.1 (README).
   """
   algorithm: str = "fedaws"

@@ -24,10 +24,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
+from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training import run_directory
-from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training.centralized_loop import CentralizedConfig
 from fed_retrieval.training.federated_loop import FederatedConfig
 from tasks.movielens import movielens_task

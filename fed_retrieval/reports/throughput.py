@@ -18,11 +18,11 @@ from typing import Dict
 import numpy as np
 import tensorflow as tf
 
-from fed_retrieval.models import dual_encoder
 from fed_retrieval.algorithms import fedavg
-from fed_retrieval.training import federated_loop
 from fed_retrieval.algorithms import optimizers
+from fed_retrieval.models import dual_encoder
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.training import federated_loop
 from fed_retrieval.training.federated_loop import FederatedConfig
 from losses import registry
 from tasks import client_data

@@ -16,11 +16,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
-from fed_retrieval.models import dual_encoder
-from fed_retrieval.training import early_stopping
-from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval import export
 from fed_retrieval.algorithms import optimizers
+from fed_retrieval.evaluation import retrieval_evaluation
+from fed_retrieval.models import dual_encoder
+from fed_retrieval.training import early_stopping
 from fed_retrieval.training import run_directory
 from losses import registry
 from tasks import client_data

@@ -4,11 +4,11 @@ from absl import flags
 
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedaws
-from fed_retrieval.training.federated_loop import FederatedConfig
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
 from fed_retrieval.models import model_flags
 from fed_retrieval.training import xc_training
+from fed_retrieval.training.federated_loop import FederatedConfig
 from losses import class_spreadout
 
 _DEFAULTS = FederatedConfig()
@@ -88,11 +88,10 @@ def _or(value, default):
   return default if value is None else value
 
 
-def xc_federated_config_from_flags(algorithm: str = None
-                                   ) -> xc_training.XCFederatedConfig:
-  """The XC run the flags describe (`algorithm` overrides --algorithm)."""
+def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
+  """The XC run the flags describe."""
   fedaws_config = FedAwSConfig(
-      algorithm=algorithm or ALGORITHM.value or _XC_DEFAULTS.algorithm,
+      algorithm=ALGORITHM.value or _XC_DEFAULTS.algorithm,
       client_learning_rate=_or(CLIENT_LEARNING_RATE.value,
                                _XC_DEFAULTS.client_learning_rate),
       server_optimizer=SERVER_OPTIMIZER.value,

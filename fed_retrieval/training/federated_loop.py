@@ -3,12 +3,12 @@
 The output directory holds `run_config.json`, `checkpoints/` (tff.program
 state, every `checkpoint_every` rounds and at round 0), `metrics.csv` and
 `tensorboard/` (per round: training loss and metrics; every `eval_every`
-rounds: recall of the server model on the validation users), `best/` (Keras
+rounds: the job's metrics of the server model on the validation split), `best/` (Keras
 weights of the best validation evaluation so far), `checkpoint/` (the
 reported model's Keras weights), `export/` and `results.json`.
 
-Convergence: the run stops when the validation recall@max(k) has not
-improved for `patience` evaluations (`early_stopping.StoppingRule`), or at
+Convergence: the run stops when the job's monitored validation metric
+(MovieLens: recall@max(k); XC: precision@1) has not improved for `patience` evaluations (`early_stopping.StoppingRule`), or at
 `rounds`; it reports and exports the model of the best evaluation. With
 `patience` 0 it trains all `rounds` and reports the final model.
 
@@ -32,16 +32,16 @@ import tensorflow as tf
 import tensorflow_federated as tff
 import tqdm
 
-from fed_retrieval.training import centralized_loop
-from fed_retrieval.training import checkpoints
-from fed_retrieval.models import dual_encoder
-from fed_retrieval.training import early_stopping
-from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval import export
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.evaluation import recall_metrics
-from fed_retrieval.training import run_directory
+from fed_retrieval.evaluation import retrieval_evaluation
+from fed_retrieval.models import dual_encoder
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.training import centralized_loop
+from fed_retrieval.training import checkpoints
+from fed_retrieval.training import early_stopping
+from fed_retrieval.training import run_directory
 from losses import registry
 from tasks import client_data
 from tasks.movielens.movielens_task import MovieLensTask
