@@ -17,13 +17,13 @@ downloaded but never trained or uploaded). The third, `softmax_oracle` (full
 softmax, the whole table sent to every client), is FedAvg over the Keras XC
 classifier (`build_softmax_oracle`).
 
-The process has the `tff.learning.templates.LearningProcess` shape, and its
+The process is `sub_model.build_sub_model_process` (shared with FedSS); its
 model weights are the tower's weights then the class table, in the order of
 `xc_encoder.build_xc_classifier`'s trainable variables.
 """
 
 import dataclasses
-from typing import List, Tuple
+from typing import Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -31,13 +31,13 @@ import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import optimizers
+from fed_retrieval.algorithms import sub_model
 from fed_retrieval.models import scoring
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.models.xc_encoder import XCEncoderConfig
 from losses import class_spreadout
 
 ALGORITHMS = ("fedaws", "positive_only", "fixed_class_embeddings", "softmax_oracle")
-FLOAT_BYTES = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,17 +84,6 @@ class FedAwSConfig:
     return self.algorithm == "fedaws"
 
 
-def _tensor_type(shape, dtype=np.float32) -> tff.TensorType:
-  return tff.TensorType(dtype, shape)
-
-
-def _sgd_step(weight: tf.Tensor, grad, learning_rate: float) -> tf.Tensor:
-  if isinstance(grad, tf.IndexedSlices):  # Embedding rows: keep the update sparse.
-    return tf.tensor_scatter_nd_sub(weight, grad.indices[:, None],
-                                    learning_rate * grad.values)
-  return weight - learning_rate * grad
-
-
 def client_keys(labels: tf.Tensor, rows_per_client: int) -> Tuple[tf.Tensor, tf.Tensor]:
   """(keys [R], is_real [R]): the distinct labels, padded by repeating the first."""
   distinct, _ = tf.unique(labels)
@@ -102,6 +91,17 @@ def client_keys(labels: tf.Tensor, rows_per_client: int) -> Tuple[tf.Tensor, tf.
   padded = tf.concat([distinct, tf.fill([rows_per_client], distinct[0])], 0)
   return (tf.reshape(padded[:rows_per_client], [rows_per_client]),
           tf.range(rows_per_client) < count)
+
+
+def dataset_labels(dataset: tf.data.Dataset) -> tf.Tensor:
+  """Every label of a client's (inputs, labels) batches, in one vector."""
+  return dataset.map(lambda x, y: y).unbatch().batch(2 ** 31 - 1).get_single_element()
+
+
+def positions_in(labels: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
+  """The position of each label among the keys (the first, if repeated)."""
+  return tf.argmax(tf.cast(tf.equal(labels[:, None], keys[None, :]), tf.int32),
+                   axis=1, output_type=tf.int32)
 
 
 def positive_hinge_loss(instance_embeddings: tf.Tensor, rows: tf.Tensor,
@@ -116,59 +116,22 @@ def positive_hinge_loss(instance_embeddings: tf.Tensor, rows: tf.Tensor,
   return tf.reduce_mean(tf.square(tf.maximum(margin - cosine, 0.0)))
 
 
-def local_training(tower: List[tf.Tensor], rows: tf.Tensor, keys: tf.Tensor,
-                   dataset: tf.data.Dataset, config: FedAwSConfig):
-  """SGD over the client's batches; returns (tower, rows, loss sum, examples)."""
-
-  def step(state, batch):
-    weights, current_rows, loss_sum, count = state
-    (feature_ids, feature_values), labels = batch
-    positions = tf.argmax(tf.cast(tf.equal(labels[:, None], keys[None, :]), tf.int32),
-                          axis=1)
-    weights = list(weights)  # tf.data packs lists: the state holds a tuple.
-    with tf.GradientTape() as tape:
-      tape.watch(weights + [current_rows])
-      embeddings = xc_encoder.tower_forward(weights, feature_ids, feature_values)
-      loss = positive_hinge_loss(embeddings, current_rows, positions,
-                                 config.hinge_margin)
-    grads = tape.gradient(loss, weights + [current_rows])
-    weights = tuple(_sgd_step(w, g, config.client_learning_rate)
-                    for w, g in zip(weights, grads[:-1]))
-    if config.trains_rows:
-      current_rows = _sgd_step(current_rows, grads[-1], config.client_learning_rate)
-    examples = tf.cast(tf.shape(labels)[0], tf.float32)
-    return weights, current_rows, loss_sum + loss * examples, count + examples
-
-  return dataset.reduce((tuple(tower), rows, tf.constant(0.0), tf.constant(0.0)), step)
-
-
-def _add_rows(table: tf.Tensor, counts: tf.Tensor, keys: tf.Tensor, deltas: tf.Tensor,
-              is_real: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-  keys = tf.boolean_mask(keys, is_real)[:, None]
-  return (tf.tensor_scatter_nd_add(table, keys, tf.boolean_mask(deltas, is_real)),
-          tf.tensor_scatter_nd_add(counts, keys, tf.ones(tf.shape(keys)[0])))
-
-
-def apply_row_updates(table: tf.Tensor, delta_sums: tf.Tensor,
-                      holders: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-  """(table + per-row mean delta over the clients that held the row, updated ids)."""
-  updated = tf.cast(tf.where(holders > 0)[:, 0], tf.int32)
-  mean = delta_sums / tf.maximum(holders, 1.0)[:, None]
-  return table + mean, updated
+def xc_batch_type(max_features: int):
+  """TFF type of an XC batch: ((feature ids, values) [B, F], labels [B])."""
+  return ((tff.TensorType(np.int32, [None, max_features]),
+           tff.TensorType(np.float32, [None, max_features])),
+          tff.TensorType(np.int32, [None]))
 
 
 def bytes_per_client(model_config: XCEncoderConfig, config: FedAwSConfig
                      ) -> Tuple[int, int]:
   """(download, upload) bytes of one client in one round, from the shapes."""
-  tower = sum(int(np.prod(s)) for s in model_config.weight_shapes())
-  rows = config.rows_per_client * model_config.embedding_dim
   if config.algorithm == "softmax_oracle":
-    table = model_config.num_labels * model_config.embedding_dim
-    return FLOAT_BYTES * (tower + table), FLOAT_BYTES * (tower + table)
-  down = FLOAT_BYTES * (tower + rows)
-  up = FLOAT_BYTES * tower + (FLOAT_BYTES * (rows + 2 * config.rows_per_client)
-                              if config.trains_rows else 0)
-  return down, up + 2 * FLOAT_BYTES  # + loss sum and example count
+    return sub_model.bytes_per_client(model_config.weight_shapes(),
+                                      model_config.num_labels,
+                                      model_config.embedding_dim, whole_table=True)
+  return sub_model.bytes_per_client(model_config.weight_shapes(), config.rows_per_client,
+                                    model_config.embedding_dim, config.trains_rows)
 
 
 def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
@@ -177,128 +140,33 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
   """FedAwS, `positive_only` or `fixed_class_embeddings` as a LearningProcess."""
   if config.algorithm == "softmax_oracle":
     raise ValueError("softmax_oracle is FedAvg: use build_softmax_oracle")
-  shapes = model_config.weight_shapes()
-  num_classes, dim = model_config.num_labels, model_config.embedding_dim
-  rows_per_client = config.rows_per_client
-  tower_type = tff.StructWithPythonType([_tensor_type(s) for s in shapes], list)
-  table_type = _tensor_type([num_classes, dim])
-  batch_type = ((_tensor_type([None, max_features], np.int32),
-                 _tensor_type([None, max_features])), _tensor_type([None], np.int32))
-  data_type = tff.SequenceType(batch_type)
-  initial_tower = xc_encoder.initial_tower_weights(model_config, seed)
-  initial_table = xc_encoder.initial_class_table(model_config, seed)
 
-  server_optimizer = optimizers.tff_optimizer(
-      config.server_optimizer, config.server_learning_rate, "server_optimizer")
-  tower_specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
+  def loss(tower, rows, keys, is_real, batch):
+    del is_real  # Every label of the client is among its keys.
+    (feature_ids, feature_values), labels = batch
+    embeddings = xc_encoder.tower_forward(tower, feature_ids, feature_values)
+    return positive_hinge_loss(embeddings, rows, positions_in(labels, keys),
+                               config.hinge_margin)
 
-  @tff.tensorflow.computation
-  def initial_state():
-    return {"tower": [tf.constant(w) for w in initial_tower],
-            "table": tf.constant(initial_table),
-            "optimizer": server_optimizer.initialize(tower_specs)}
+  def spreadout(table, updated):
+    return class_spreadout.spreadout_step(
+        table, updated, config.spreadout_lambda * config.client_learning_rate,
+        config.spreadout, config.spreadout_k, config.spreadout_margin)
 
-  state_type = initial_state.type_signature.result
-
-  @tff.federated_computation
-  def initialize():
-    return tff.federated_eval(initial_state, tff.SERVER)
-
-  @tff.tensorflow.computation(data_type)
-  def keys_of(dataset):
-    labels = dataset.map(lambda x, y: y).unbatch().batch(2 ** 31 - 1)
-    return client_keys(labels.get_single_element(), rows_per_client)
-
-  @tff.tensorflow.computation(table_type, _tensor_type([], np.int32))
-  def select_row(table, key):
-    return tf.gather(table, key)
-
-  @tff.tensorflow.computation(tower_type, tff.SequenceType(_tensor_type([dim])),
-                              _tensor_type([rows_per_client], np.int32), data_type)
-  def client_update(tower, row_dataset, keys, dataset):
-    rows = tf.reshape(row_dataset.batch(rows_per_client).get_single_element(),
-                      [rows_per_client, dim])
-    new_tower, new_rows, loss_sum, count = local_training(tower, rows, keys, dataset,
-                                                          config)
-    return ([n - o for n, o in zip(new_tower, tower)], new_rows - rows, loss_sum,
-            count)
-
-  row_update_type = (_tensor_type([rows_per_client], np.int32),
-                     _tensor_type([rows_per_client, dim]),
-                     _tensor_type([rows_per_client], np.bool_))
-
-  @tff.tensorflow.computation
-  def zero_rows():
-    return tf.zeros([num_classes, dim]), tf.zeros([num_classes])
-
-  accumulator_type = zero_rows.type_signature.result
-
-  @tff.tensorflow.computation(accumulator_type, row_update_type)
-  def accumulate_rows(accumulator, update):
-    keys, deltas, is_real = update
-    return _add_rows(accumulator[0], accumulator[1], keys, deltas, is_real)
-
-  @tff.tensorflow.computation(accumulator_type, accumulator_type)
-  def merge_rows(a, b):
-    return a[0] + b[0], a[1] + b[1]
-
-  @tff.tensorflow.computation(accumulator_type)
-  def report_rows(accumulator):
-    return accumulator
-
-  @tff.tensorflow.computation(state_type, tower_type, accumulator_type)
-  def server_update(state, mean_tower_delta, row_sums):
-    optimizer_state, tower = server_optimizer.next(
-        state["optimizer"], list(state["tower"]), [-d for d in mean_tower_delta])
-    table, updated = apply_row_updates(state["table"], row_sums[0], row_sums[1])
-    if config.spreads_out:
-      table = class_spreadout.spreadout_step(
-          table, updated, config.spreadout_lambda * config.client_learning_rate,
-          config.spreadout, config.spreadout_k, config.spreadout_margin)
-    return {"tower": list(tower), "table": table, "optimizer": optimizer_state}
-
-  @tff.tensorflow.computation(tff.types.StructType([tff.TensorType(np.float32)] * 2))
-  def training_metrics(sums):
-    loss_sum, count = sums[0], sums[1]
-    return {"client_work": {"train": {"loss": loss_sum / tf.maximum(count, 1.0),
-                                      "num_examples": count}}}
-
-  @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
-                             tff.FederatedType(data_type, tff.CLIENTS))
-  def next_fn(state, client_data):
-    keys_and_mask = tff.federated_map(keys_of, client_data)
-    keys = keys_and_mask[0]
-    rows = tff.federated_select(keys, tff.federated_value(num_classes, tff.SERVER),
-                                state["table"], select_row)
-    tower = tff.federated_broadcast(state["tower"])
-    tower_delta, row_delta, loss_sum, count = tff.federated_map(
-        client_update, (tower, rows, keys, client_data))
-    mean_tower_delta = tff.federated_mean(tower_delta, weight=count)
-    row_sums = tff.federated_aggregate(
-        (keys, row_delta, keys_and_mask[1]), zero_rows(), accumulate_rows, merge_rows,
-        report_rows)
-    new_state = tff.federated_map(server_update, (state, mean_tower_delta, row_sums))
-    metrics = tff.federated_map(
-        training_metrics, (tff.federated_sum(loss_sum), tff.federated_sum(count)))
-    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
-
-  weights_type = tff.learning.models.ModelWeights(
-      trainable=tff.StructWithPythonType(list(tower_type) + [table_type], list),
-      non_trainable=tff.StructWithPythonType([], list))
-
-  @tff.tensorflow.computation(state_type)
-  def get_model_weights(state):
-    return tff.learning.models.ModelWeights(
-        trainable=list(state["tower"]) + [state["table"]], non_trainable=[])
-
-  @tff.tensorflow.computation(state_type, weights_type)
-  def set_model_weights(state, weights):
-    trainable = list(weights.trainable)
-    return {"tower": trainable[:-1], "table": trainable[-1],
-            "optimizer": state["optimizer"]}
-
-  return tff.learning.templates.LearningProcess(initialize, next_fn, get_model_weights,
-                                                set_model_weights)
+  return sub_model.build_sub_model_process(sub_model.SubModelSpec(
+      initial_tower=xc_encoder.initial_tower_weights(model_config, seed),
+      initial_table=xc_encoder.initial_class_table(model_config, seed),
+      batch_type=xc_batch_type(max_features),
+      num_keys=config.rows_per_client,
+      client_keys=lambda dataset, _: client_keys(dataset_labels(dataset),
+                                                 config.rows_per_client),
+      loss=loss,
+      client_learning_rate=config.client_learning_rate,
+      server_optimizer=config.server_optimizer,
+      server_learning_rate=config.server_learning_rate,
+      trains_rows=config.trains_rows,
+      table_step=spreadout if config.spreads_out else None,
+      seed=seed))
 
 
 def build_softmax_oracle(model_config: XCEncoderConfig, config: FedAwSConfig,

@@ -1,0 +1,256 @@
+"""FedSS (paper 003, Algorithm 1): federated sampled softmax.
+
+Every client, every round, forms a fixed-size key set: its positives (the
+distinct classes of its data, padded to `positives_per_client` by repeating
+the first) and `num_negatives` classes sampled uniformly without replacement
+from the classes that are not its positives. The sample is a function of
+(seed, round, client): the client is identified by a hash of its sorted
+positives, so it needs no id from the server and a resumed run draws the same
+negatives. The client receives the tower and only those rows
+(`sub_model.build_sub_model_process`), trains a softmax over its candidate
+set (`losses/sampled_softmax.py`), and returns the tower delta and row deltas;
+the server averages rows over the clients that held them.
+
+Algorithms (the paper's Sec. 4.1): `fedss` (logits over P_k U N_k), `neg_only`
+({y} U N_k), `pos_only` (P_k; no negatives are downloaded) and `full_softmax`
+(every class: the whole table is broadcast; the reference).
+
+Two model families: the XC classifier (classes are labels), and the MovieLens
+dual encoder (classes are items; the key set's positives are every item the
+client's examples touch, contexts and labels, so only those rows travel:
+sampled global softmax, `build_movielens_process`).
+"""
+
+import dataclasses
+from typing import Tuple
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fed_retrieval.algorithms import fedaws
+from fed_retrieval.algorithms import sub_model
+from fed_retrieval.models import dual_encoder
+from fed_retrieval.models import scoring
+from fed_retrieval.models import xc_encoder
+from fed_retrieval.models.xc_encoder import XCEncoderConfig
+from losses import sampled_softmax
+
+ALGORITHMS = ("fedss", "neg_only", "pos_only", "full_softmax")
+CANDIDATE_SET = {"fedss": "sampled_softmax", "neg_only": "neg_only",
+                 "pos_only": "pos_only", "full_softmax": "full_softmax"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FedSSConfig:
+  """Hyper-parameters of FedSS and its baselines (names follow the flags).
+
+  Client SGD, then server SGD with momentum 0.9 on the tower (the paper's
+  server optimizer; learning rate in the README's sweep); rows take the plain
+  per-row mean of their holders' deltas.
+  """
+  algorithm: str = "fedss"
+  num_negatives: int = 100
+  log_q: bool = False
+  client_learning_rate: float = 0.5
+  server_optimizer: str = "sgdm"
+  server_learning_rate: float = 1.0
+  positives_per_client: int = 1
+
+  def __post_init__(self):
+    if self.algorithm not in ALGORITHMS:
+      raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)} for "
+                       f"FedSS, got '{self.algorithm}'")
+    if self.num_negatives < 1 and self.algorithm in ("fedss", "neg_only"):
+      raise ValueError(f"--num_negatives must be >= 1, got {self.num_negatives}")
+    if self.positives_per_client < 1:
+      raise ValueError("positives_per_client must be >= 1, got "
+                       f"{self.positives_per_client}")
+
+  @property
+  def candidate_set(self) -> str:
+    return CANDIDATE_SET[self.algorithm]
+
+  @property
+  def negatives(self) -> int:
+    """Sampled negatives per client (none for pos_only and full_softmax)."""
+    return self.num_negatives if self.algorithm in ("fedss", "neg_only") else 0
+
+  def num_keys(self, num_classes: int) -> int:
+    if self.algorithm == "full_softmax":
+      return num_classes
+    return self.positives_per_client + self.negatives
+
+  def check_classes(self, num_classes: int, reserved: int = 0) -> None:
+    available = num_classes - reserved - self.positives_per_client
+    if self.negatives > available:
+      raise ValueError(f"--num_negatives={self.negatives} exceeds the {available} "
+                       "classes a client with the most positives can sample")
+
+
+def client_fingerprint(positive_ids: tf.Tensor) -> tf.Tensor:
+  """An int64 that names a client by its distinct sorted positives."""
+  text = tf.strings.reduce_join(tf.strings.as_string(tf.sort(positive_ids)),
+                                separator=",")
+  return tf.strings.to_hash_bucket_fast(text, 2 ** 62)
+
+
+def sample_key_set(positive_ids: tf.Tensor, positive_slots: int, num_classes: int,
+                   num_negatives: int, round_seed: tf.Tensor, reserved_ids: Tuple[int, ...] = ()
+                   ) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(keys [P + N], is_real [P + N]) of one client.
+
+  Keys: the distinct `positive_ids` padded to `positive_slots` by repeating
+  the first, then `num_negatives` distinct classes drawn uniformly from those
+  neither positive nor reserved (MovieLens: item 0, padding). The draw is
+  seeded by `round_seed` (seed, round) folded with the client's fingerprint.
+  """
+  distinct, _ = tf.unique(tf.reshape(positive_ids, [-1]))
+  check = tf.debugging.assert_less_equal(tf.size(distinct), positive_slots, message=(
+      "a client has more distinct positives than its key set's positive slots"))
+  with tf.control_dependencies([check]):
+    count = tf.size(distinct)
+  padded = tf.concat([distinct, tf.fill([positive_slots], distinct[0])], 0)
+  positives = tf.reshape(padded[:positive_slots], [positive_slots])
+  is_real = tf.range(positive_slots) < count
+  if num_negatives == 0:
+    return positives, is_real
+  seed = tf.random.experimental.stateless_fold_in(
+      tf.cast(round_seed, tf.int64), client_fingerprint(distinct))
+  excluded = tf.concat([distinct, tf.constant(reserved_ids, tf.int32)], 0)
+  draw = tf.random.stateless_uniform([num_classes], seed)
+  draw = tf.tensor_scatter_nd_update(draw, excluded[:, None],
+                                     -tf.ones_like(excluded, tf.float32))
+  negatives = tf.math.top_k(draw, num_negatives, sorted=False).indices
+  return (tf.concat([positives, negatives], 0),
+          tf.concat([is_real, tf.ones([num_negatives], tf.bool)], 0))
+
+
+def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tensor,
+                   is_real: tf.Tensor, config: FedSSConfig, scale: float,
+                   num_classes: int) -> tf.Tensor:
+  """The config's softmax over the candidate rows, logits scale * cosine."""
+  slots = config.positives_per_client
+  if config.algorithm == "full_softmax":
+    is_positive, is_negative = is_real, tf.zeros_like(is_real)
+  else:
+    in_positive_slots = tf.range(tf.shape(is_real)[0]) < slots
+    is_positive = is_real & in_positive_slots
+    is_negative = is_real & ~in_positive_slots
+  logits = scale * scoring.candidate_scores(queries, scoring.l2_normalize(rows),
+                                            tf.range(tf.shape(rows)[0]))
+  mask = sampled_softmax.candidate_mask(label_positions, is_positive, is_negative,
+                                        config.candidate_set)
+  log_q = None
+  if config.log_q and config.algorithm == "fedss":
+    log_q = sampled_softmax.log_q_correction(
+        is_negative, config.negatives, num_classes,
+        tf.reduce_sum(tf.cast(is_positive, tf.int32)))
+  return sampled_softmax.candidate_softmax_loss(logits, label_positions, mask, log_q)
+
+
+def _client_keys(config: FedSSConfig, num_classes: int,
+                 reserved_ids: Tuple[int, ...] = ()):
+  """The key function of `sub_model.SubModelSpec` for positives from `positives_of`."""
+
+  def keys(positive_ids, round_seed):
+    if config.algorithm == "full_softmax":
+      return tf.range(num_classes), tf.ones([num_classes], tf.bool)
+    return sample_key_set(positive_ids, config.positives_per_client, num_classes,
+                          config.negatives, round_seed, reserved_ids)
+
+  return keys
+
+
+def bytes_per_client(tower_shapes, num_classes: int, dim: int,
+                     config: FedSSConfig) -> Tuple[int, int]:
+  return sub_model.bytes_per_client(tower_shapes, config.num_keys(num_classes), dim,
+                                    whole_table=config.algorithm == "full_softmax")
+
+
+def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
+                     max_features: int, seed: int = 0
+                     ) -> tff.learning.templates.LearningProcess:
+  """FedSS or a baseline on the XC classifier (tower + class table)."""
+  num_classes = model_config.num_labels
+  config.check_classes(num_classes)
+  keys = _client_keys(config, num_classes)
+
+  def loss(tower, rows, keys, is_real, batch):
+    (feature_ids, feature_values), labels = batch
+    embeddings = xc_encoder.tower_forward(tower, feature_ids, feature_values)
+    return candidate_loss(embeddings, rows, fedaws.positions_in(labels, keys), is_real,
+                          config, model_config.logit_scale, num_classes)
+
+  return sub_model.build_sub_model_process(sub_model.SubModelSpec(
+      initial_tower=xc_encoder.initial_tower_weights(model_config, seed),
+      initial_table=xc_encoder.initial_class_table(model_config, seed),
+      batch_type=fedaws.xc_batch_type(max_features),
+      num_keys=config.num_keys(num_classes),
+      client_keys=lambda dataset, round_seed: keys(fedaws.dataset_labels(dataset),
+                                                   round_seed),
+      loss=loss,
+      client_learning_rate=config.client_learning_rate,
+      server_optimizer=config.server_optimizer,
+      server_learning_rate=config.server_learning_rate,
+      whole_table=config.algorithm == "full_softmax",
+      seed=seed))
+
+
+def _movielens_items(dataset: tf.data.Dataset) -> tf.Tensor:
+  """Every item id a client's (context, label) batches touch, padding included."""
+  def items(context, label):
+    return tf.concat([tf.reshape(context, [-1]), label], 0)
+  return dataset.map(items).unbatch().batch(2 ** 31 - 1).get_single_element()
+
+
+def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
+                            config: FedSSConfig, temperature: float, seed: int = 0
+                            ) -> tff.learning.templates.LearningProcess:
+  """Sampled (or full) global softmax of the dual encoder: items are classes.
+
+  The dual encoder must have no hidden layers (the paper's: the item table is
+  the whole model, shared by both towers), so the process has no tower.
+  Logits are cos / temperature, as in global softmax.
+  """
+  if model_config.context_hidden_dims or model_config.item_hidden_dims:
+    raise ValueError("FedSS on MovieLens needs a dual encoder without hidden layers "
+                     "(--context_hidden_dims/--item_hidden_dims empty)")
+  if not model_config.normalize:
+    raise ValueError("FedSS scores cosines: the dual encoder must normalize")
+  num_items = model_config.vocabulary_size
+  config.check_classes(num_items, reserved=1)
+  keys = _client_keys(config, num_items, reserved_ids=(0,))
+
+  def client_keys(dataset, round_seed):
+    items = _movielens_items(dataset)
+    if config.algorithm == "full_softmax":
+      return keys(items, round_seed)
+    return keys(tf.boolean_mask(items, items > 0), round_seed)
+
+  def loss(tower, rows, keys, is_real, batch):
+    del tower
+    context, labels = batch
+    context_rows = tf.gather(rows, fedaws.positions_in(tf.reshape(context, [-1]), keys))
+    context_rows = tf.reshape(context_rows, [tf.shape(context)[0], -1, tf.shape(rows)[1]])
+    queries = scoring.l2_normalize(dual_encoder.MaskedMean()([context_rows, context]))
+    not_padding = is_real & (keys > 0)
+    return candidate_loss(queries, rows, fedaws.positions_in(labels, keys), not_padding,
+                          config, 1.0 / temperature, num_items)
+
+  initializer = np.random.default_rng([seed, 13])
+  table = (0.1 * initializer.standard_normal(
+      (num_items, model_config.embedding_dim))).astype(np.float32)
+  return sub_model.build_sub_model_process(sub_model.SubModelSpec(
+      initial_tower=[], initial_table=table,
+      batch_type=(tff.TensorType(np.int32, [None, model_config.max_context_length]),
+                  tff.TensorType(np.int32, [None])),
+      num_keys=config.num_keys(num_items),
+      client_keys=client_keys,
+      loss=loss,
+      client_learning_rate=config.client_learning_rate,
+      server_optimizer=config.server_optimizer,
+      server_learning_rate=config.server_learning_rate,
+      whole_table=config.algorithm == "full_softmax",
+      table_first=True,
+      seed=seed))
