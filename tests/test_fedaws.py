@@ -2,14 +2,17 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
-import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.models import xc_encoder
 from tasks.xc import xc_task
 from tests.spreadout_reference import numpy_topk_step
+from tests.xc_reference import all_client_shapes
+from tests.xc_reference import dataset
+from tests.xc_reference import numeric_grad
+from tests.xc_reference import numpy_tower
+from tests.xc_reference import tensors
 
 MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=5, bag_dim=3,
                                    hidden_dims=(), embedding_dim=2)
@@ -23,30 +26,10 @@ CLIENTS = [
 ]
 
 
-def dataset(ids, values, labels):
-  return tf.data.Dataset.from_tensor_slices(
-      ((ids.astype(np.int32), values.astype(np.float32)), labels.astype(np.int32))).batch(8)
-
-
 def numpy_loss(weights, row, ids, values, margin=0.9):
-  bag, kernel, bias = weights
-  mask = ids > 0
-  v = np.where(mask, values, 0.0)
-  hidden = np.einsum("bf,bfd->bd", v / np.abs(v).sum(1, keepdims=True), bag[ids])
-  out = hidden @ kernel + bias
-  g = out / np.linalg.norm(out, axis=1, keepdims=True)
+  g = numpy_tower(weights, ids, values)
   w = row / np.linalg.norm(row)
   return np.mean(np.maximum(margin - g @ w, 0.0) ** 2)
-
-
-def numeric_grad(f, x, eps=1e-6):
-  grad = np.zeros_like(x)
-  for index in np.ndindex(x.shape):
-    up, down = x.copy(), x.copy()
-    up[index] += eps
-    down[index] -= eps
-    grad[index] = (f(up) - f(down)) / (2 * eps)
-  return grad
 
 
 def client_step(weights, row, ids, values, lr):
@@ -113,53 +96,18 @@ def test_fixed_class_embeddings_never_move_the_table():
   assert not np.allclose(after[1], before[1])
 
 
-def _federated_shapes(type_spec, placement):
-  """Shapes of every tensor inside values placed at `placement`."""
-  shapes = []
-  if isinstance(type_spec, tff.FederatedType):
-    if type_spec.placement is placement:
-      shapes += [tuple(t.shape) for t in _tensors(type_spec.member)]
-  elif isinstance(type_spec, tff.FunctionType):
-    if type_spec.parameter is not None:
-      shapes += _federated_shapes(type_spec.parameter, placement)
-    shapes += _federated_shapes(type_spec.result, placement)
-  elif isinstance(type_spec, tff.StructType):
-    for _, member in tff.structure.iter_elements(type_spec):
-      shapes += _federated_shapes(member, placement)
-  return shapes
-
-
-def _tensors(type_spec):
-  if isinstance(type_spec, tff.TensorType):
-    return [type_spec]
-  if isinstance(type_spec, tff.SequenceType):
-    return _tensors(type_spec.element)
-  if isinstance(type_spec, tff.StructType):
-    return [t for _, m in tff.structure.iter_elements(type_spec) for t in _tensors(m)]
-  return []
-
-
-def _all_client_shapes(process):
-  shapes, stack = set(), [process.next.to_building_block()]
-  while stack:
-    block = stack.pop()
-    shapes |= set(_federated_shapes(block.type_signature, tff.CLIENTS))
-    stack.extend(block.children())
-  return shapes
-
-
 @pytest.mark.parametrize("algorithm", ["fedaws", "positive_only", "fixed_class_embeddings"])
 def test_a_client_downloads_its_rows_never_the_class_table(algorithm):
   config = FedAwSConfig(algorithm=algorithm, rows_per_client=1)
   process = fedaws.build_fedaws_process(MODEL, config, max_features=WIDTH)
   table_shape = (MODEL.num_labels, MODEL.embedding_dim)
-  client_shapes = _all_client_shapes(process)
+  client_shapes = all_client_shapes(process)
   assert table_shape not in client_shapes
   # ... while the server state holds it, and the oracle sends it.
-  assert table_shape in {tuple(t.shape) for t in _tensors(
+  assert table_shape in {tuple(t.shape) for t in tensors(
       process.initialize.type_signature.result.member)}
   oracle = fedaws.build_softmax_oracle(MODEL, config, max_features=WIDTH)
-  assert table_shape in _all_client_shapes(oracle)
+  assert table_shape in all_client_shapes(oracle)
   down, _ = fedaws.bytes_per_client(MODEL, config)
   tower = sum(np.prod(s) for s in MODEL.weight_shapes())
   assert down == 4 * (tower + MODEL.embedding_dim)

@@ -1,8 +1,8 @@
 """FedSS (paper 003, Algorithm 1): federated sampled softmax.
 
 Every client, every round, forms a fixed-size key set: its positives (the
-distinct classes of its data, padded to `positives_per_client` by repeating
-the first) and `num_negatives` classes sampled uniformly without replacement
+distinct classes of its data, sorted, padded to `positives_per_client` by
+repeating the first) and `num_negatives` classes sampled uniformly without replacement
 from the classes that are not its positives. The sample is a function of
 (seed, round, client): the client is identified by a hash of its sorted
 positives, so it needs no id from the server and a resumed run draws the same
@@ -90,7 +90,7 @@ class FedSSConfig:
 
 def client_fingerprint(positive_ids: tf.Tensor) -> tf.Tensor:
   """An int64 that names a client by its distinct sorted positives."""
-  text = tf.strings.reduce_join(tf.strings.as_string(tf.sort(positive_ids)),
+  text = tf.strings.reduce_join(tf.strings.as_string(positive_ids),
                                 separator=",")
   return tf.strings.to_hash_bucket_fast(text, 2 ** 62)
 
@@ -100,12 +100,13 @@ def sample_key_set(positive_ids: tf.Tensor, positive_slots: int, num_classes: in
                    ) -> Tuple[tf.Tensor, tf.Tensor]:
   """(keys [P + N], is_real [P + N]) of one client.
 
-  Keys: the distinct `positive_ids` padded to `positive_slots` by repeating
-  the first, then `num_negatives` distinct classes drawn uniformly from those
+  Keys: the distinct `positive_ids`, sorted (so the set does not depend on the
+  order of the client's shuffled data) and padded to `positive_slots` by
+  repeating the first, then `num_negatives` distinct classes drawn uniformly from those
   neither positive nor reserved (MovieLens: item 0, padding). The draw is
   seeded by `round_seed` (seed, round) folded with the client's fingerprint.
   """
-  distinct, _ = tf.unique(tf.reshape(positive_ids, [-1]))
+  distinct = tf.sort(tf.unique(tf.reshape(positive_ids, [-1]))[0])
   check = tf.debugging.assert_less_equal(tf.size(distinct), positive_slots, message=(
       "a client has more distinct positives than its key set's positive slots"))
   with tf.control_dependencies([check]):

@@ -18,7 +18,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 
-from fed_retrieval.algorithms import fedaws
 from fed_retrieval.evaluation import classification_metrics
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import run_directory
@@ -46,15 +45,14 @@ def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[st
                       ) -> List[Dict[str, Any]]:
   """Runs (or resumes) each algorithm; one row per algorithm plus the reference."""
   for algorithm in algorithms:
-    if algorithm not in fedaws.ALGORITHMS:
+    if algorithm not in xc_training.ALGORITHMS:
       raise ValueError(f"--algorithms: '{algorithm}' is not one of "
-                       f"{', '.join(fedaws.ALGORITHMS)}")
+                       f"{', '.join(xc_training.ALGORITHMS)}")
   run_directory.lock_run_directory(output_dir)
   task = xc_task.build_xc_task(task_config)
   rows = []
   for algorithm in algorithms:
-    run_config = dataclasses.replace(
-        config, algorithm=dataclasses.replace(config.algorithm, algorithm=algorithm))
+    run_config = dataclasses.replace(config, algorithm=algorithm)
     with tff_runtime.local_execution_context():
       results = xc_training.train_xc_federated(
           task, run_config, os.path.join(output_dir, algorithm))

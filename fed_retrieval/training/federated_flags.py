@@ -4,7 +4,9 @@ from absl import flags
 
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedaws
+from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
+from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
 from fed_retrieval.models import model_flags
 from fed_retrieval.training import xc_training
@@ -13,10 +15,19 @@ from losses import class_spreadout
 
 _DEFAULTS = FederatedConfig()
 _XC_DEFAULTS = FedAwSConfig()
+_FEDSS_DEFAULTS = FedSSConfig()
 ALGORITHM = flags.DEFINE_enum(
-    "algorithm", None, list(fedavg.ALGORITHMS + fedaws.ALGORITHMS),
+    "algorithm", None, list(fedavg.ALGORITHMS + fedaws.ALGORITHMS + fedss.ALGORITHMS),
     "Federated algorithm: fedavg|fedsgd (MovieLens, default fedavg); fedaws|"
-    "positive_only|fixed_class_embeddings|softmax_oracle (--task=xc, default fedaws).")
+    "positive_only|fixed_class_embeddings|softmax_oracle (--task=xc, default fedaws); "
+    "fedss|neg_only|pos_only|full_softmax (FedSS: --task=xc, or MovieLens sampled "
+    "global softmax).")
+NUM_NEGATIVES = flags.DEFINE_integer(
+    "num_negatives", _FEDSS_DEFAULTS.num_negatives,
+    "FedSS: negative classes (items) each client samples uniformly per round.")
+LOG_Q = flags.DEFINE_bool(
+    "log_q", _FEDSS_DEFAULTS.log_q,
+    "FedSS: subtract log(sampling probability) from the negatives' logits.")
 ROUNDS = flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Federated rounds.")
 CLIENTS_PER_ROUND = flags.DEFINE_integer("clients_per_round",
                                          _DEFAULTS.clients_per_round,
@@ -27,14 +38,18 @@ CLIENT_OPTIMIZER = flags.DEFINE_enum("client_optimizer", _DEFAULTS.client_optimi
                                      list(OPTIMIZER_NAMES), "FedAvg client optimizer.")
 CLIENT_LEARNING_RATE = flags.DEFINE_float(
     "client_learning_rate", None,
-    f"Client learning rate (default {_DEFAULTS.client_learning_rate}; --task=xc: "
-    f"{_XC_DEFAULTS.client_learning_rate}).")
-SERVER_OPTIMIZER = flags.DEFINE_enum("server_optimizer", _DEFAULTS.server_optimizer,
-                                     list(OPTIMIZER_NAMES), "Server optimizer.")
+    f"Client learning rate (default {_DEFAULTS.client_learning_rate}; FedAwS: "
+    f"{_XC_DEFAULTS.client_learning_rate}; FedSS: "
+    f"{_FEDSS_DEFAULTS.client_learning_rate}).")
+SERVER_OPTIMIZER = flags.DEFINE_enum(
+    "server_optimizer", None, list(OPTIMIZER_NAMES),
+    f"Server optimizer (default {_DEFAULTS.server_optimizer}; FedAwS: "
+    f"{_XC_DEFAULTS.server_optimizer}; FedSS: {_FEDSS_DEFAULTS.server_optimizer}).")
 SERVER_LEARNING_RATE = flags.DEFINE_float(
     "server_learning_rate", None,
-    f"Server learning rate (default {_DEFAULTS.server_learning_rate}; --task=xc: "
-    f"{_XC_DEFAULTS.server_learning_rate}).")
+    f"Server learning rate (default {_DEFAULTS.server_learning_rate}; FedAwS: "
+    f"{_XC_DEFAULTS.server_learning_rate}; FedSS: "
+    f"{_FEDSS_DEFAULTS.server_learning_rate}).")
 SPREADOUT = flags.DEFINE_enum(
     "spreadout", _XC_DEFAULTS.spreadout, list(class_spreadout.SPREADOUT_MODES),
     "FedAwS server step: topk (each updated class against its k nearest, eq. 8) or "
@@ -76,7 +91,7 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       client_optimizer=CLIENT_OPTIMIZER.value,
       client_learning_rate=_or(CLIENT_LEARNING_RATE.value,
                                _DEFAULTS.client_learning_rate),
-      server_optimizer=SERVER_OPTIMIZER.value,
+      server_optimizer=_or(SERVER_OPTIMIZER.value, _DEFAULTS.server_optimizer),
       server_learning_rate=_or(SERVER_LEARNING_RATE.value,
                                _DEFAULTS.server_learning_rate),
       eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value,
@@ -88,20 +103,28 @@ def _or(value, default):
   return default if value is None else value
 
 
+def _optimization_from_flags(defaults) -> dict:
+  """The client and server optimization flags, with `defaults`' where unset."""
+  return dict(
+      client_learning_rate=_or(CLIENT_LEARNING_RATE.value, defaults.client_learning_rate),
+      server_optimizer=_or(SERVER_OPTIMIZER.value, defaults.server_optimizer),
+      server_learning_rate=_or(SERVER_LEARNING_RATE.value, defaults.server_learning_rate))
+
+
+def fedss_config_from_flags(algorithm: str = "fedss") -> FedSSConfig:
+  return FedSSConfig(algorithm=algorithm, num_negatives=NUM_NEGATIVES.value,
+                     log_q=LOG_Q.value, **_optimization_from_flags(_FEDSS_DEFAULTS))
+
+
 def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
-  """The XC run the flags describe."""
+  """The XC run the flags describe (both families' settings; --algorithm picks)."""
   fedaws_config = FedAwSConfig(
-      algorithm=ALGORITHM.value or _XC_DEFAULTS.algorithm,
-      client_learning_rate=_or(CLIENT_LEARNING_RATE.value,
-                               _XC_DEFAULTS.client_learning_rate),
-      server_optimizer=SERVER_OPTIMIZER.value,
-      server_learning_rate=_or(SERVER_LEARNING_RATE.value,
-                               _XC_DEFAULTS.server_learning_rate),
       hinge_margin=model_flags.MARGIN.value, spreadout=SPREADOUT.value,
       spreadout_k=SPREADOUT_K.value, spreadout_lambda=SPREADOUT_LAMBDA.value,
-      spreadout_margin=SPREADOUT_MARGIN.value)
+      spreadout_margin=SPREADOUT_MARGIN.value, **_optimization_from_flags(_XC_DEFAULTS))
   return xc_training.XCFederatedConfig(
-      algorithm=fedaws_config, architecture=XC_ARCHITECTURE.value,
+      algorithm=ALGORITHM.value or _XC_DEFAULTS.algorithm, fedaws=fedaws_config,
+      fedss=fedss_config_from_flags(), architecture=XC_ARCHITECTURE.value,
       logit_scale=LOGIT_SCALE.value, rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       batch_size=model_flags.BATCH_SIZE.value, eval_every=EVAL_EVERY.value,

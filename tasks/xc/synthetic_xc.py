@@ -52,6 +52,14 @@ PRESETS: Dict[str, SyntheticXCConfig] = {
                                       num_train=40_000, num_test=8_000, num_topics=80,
                                       zipf_exponent=0.3, extra_topic_labels=1.2,
                                       partner_probability=0.3, seed=1),
+    # 10,000 labels in 400 topics of 25: FedSS's label space (paper 003 samples
+    # <= 5% of the classes); the same with another seed checks its defaults.
+    "xc_10k": SyntheticXCConfig(num_labels=10_000, num_features=50_000,
+                                num_train=100_000, num_test=15_000, num_topics=400),
+    "xc_10k_alt": SyntheticXCConfig(num_labels=10_000, num_features=50_000,
+                                    num_train=100_000, num_test=15_000, num_topics=320,
+                                    zipf_exponent=0.3, extra_topic_labels=1.2,
+                                    partner_probability=0.3, seed=1),
     # 100k labels (the extreme setting of the FedAwS benchmark).
     "xc_large": SyntheticXCConfig(num_labels=100_000, num_features=200_000,
                                   num_train=600_000, num_test=50_000, num_topics=5_000),

@@ -1,0 +1,227 @@
+"""FedSS: key sets, sparse row aggregation, the candidate softmaxes, one round by hand."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fed_retrieval.algorithms import fedss
+from fed_retrieval.algorithms import sub_model
+from fed_retrieval.algorithms.fedss import FedSSConfig
+from fed_retrieval.models import dual_encoder
+from fed_retrieval.models import xc_encoder
+from losses import sampled_softmax
+from tests.xc_reference import all_client_shapes
+from tests.xc_reference import dataset
+from tests.xc_reference import numeric_grad
+from tests.xc_reference import numpy_tower
+
+MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=8, bag_dim=3,
+                                   hidden_dims=(), embedding_dim=2, logit_scale=5.0)
+WIDTH = 2
+CLIENTS = [  # Client 0 holds classes 1 and 2; client 1 holds class 5.
+    (np.array([[1, 2], [3, 0], [4, 1]]), np.array([[0.5, 0.5], [1.0, 0.0], [0.2, 0.8]]),
+     np.array([1, 2, 1])),
+    (np.array([[2, 4], [1, 3]]), np.array([[0.7, 0.3], [0.4, 0.6]]), np.array([5, 5])),
+]
+
+
+def keys_of(positives, slots=4, classes=50, negatives=10, seed=(0, 1), reserved=()):
+  keys, is_real = fedss.sample_key_set(tf.constant(positives, tf.int32), slots, classes,
+                                       negatives, tf.constant(seed, tf.int64), reserved)
+  return keys.numpy(), is_real.numpy()
+
+
+def test_key_set_is_fixed_size_without_positives_among_negatives_and_seeded():
+  keys, is_real = keys_of([3, 7, 3])
+  assert keys.shape == (14,) and is_real.shape == (14,)
+  np.testing.assert_array_equal(keys[:4], [3, 7, 3, 3])
+  np.testing.assert_array_equal(is_real, [True, True, False, False] + [True] * 10)
+  negatives = keys[4:]
+  assert len(set(negatives)) == 10 and not {3, 7} & set(negatives)
+  assert negatives.min() >= 0 and negatives.max() < 50
+  np.testing.assert_array_equal(keys, keys_of([7, 3])[0])  # The same client, round.
+  assert set(keys_of([3, 7], seed=(0, 2))[0][4:]) != set(negatives)  # Next round.
+  assert set(keys_of([3, 8])[0][4:]) != set(negatives)  # Another client.
+  # Reserved ids (MovieLens padding) are never drawn, even when nearly all are.
+  for seed in range(5):
+    keys, _ = keys_of([1], slots=1, classes=12, negatives=10, seed=(seed, 1),
+                      reserved=(0,))
+    assert sorted(keys[1:]) == list(range(2, 12))
+
+
+def test_key_set_refuses_more_positives_than_slots():
+  with pytest.raises(tf.errors.InvalidArgumentError, match="positive slots"):
+    keys_of([1, 2, 3], slots=2)
+
+
+def test_sparse_row_aggregation_matches_numpy():
+  rng = np.random.default_rng(0)
+  table = rng.normal(size=(6, 3)).astype(np.float32)
+  updates = [  # (keys, deltas, is_real): row 2 held by all three, row 0 padded.
+      ([2, 4, 2], rng.normal(size=(3, 3)), [True, True, False]),
+      ([1, 2, 5], rng.normal(size=(3, 3)), [True, True, True]),
+      ([2, 4, 4], rng.normal(size=(3, 3)), [True, True, False]),
+  ]
+  sums, counts = tf.zeros([6, 3]), tf.zeros([6])
+  for keys, deltas, real in updates:
+    sums, counts = sub_model.add_rows(sums, counts, tf.constant(keys),
+                                      tf.constant(deltas, tf.float32), tf.constant(real))
+  new_table, updated = sub_model.apply_row_updates(tf.constant(table), sums, counts)
+  expected = table.copy()
+  held = {}
+  for keys, deltas, real in updates:
+    for key, delta, is_real in zip(keys, deltas, real):
+      if is_real:
+        held.setdefault(key, []).append(delta)
+  for key, deltas in held.items():
+    expected[key] += np.mean(deltas, axis=0)
+  np.testing.assert_allclose(new_table.numpy(), expected, atol=1e-6)
+  np.testing.assert_array_equal(updated.numpy(), [1, 2, 4, 5])
+  np.testing.assert_array_equal(new_table.numpy()[[0, 3]], table[[0, 3]])
+
+
+def numpy_candidate_loss(logits, positions, allowed, log_q=None):
+  if log_q is not None:
+    logits = logits - log_q
+  losses = []
+  for row, position, mask in zip(logits, positions, allowed):
+    kept = row[mask]
+    losses.append(np.log(np.exp(kept - kept.max()).sum()) + kept.max() - row[position])
+  return np.mean(losses)
+
+
+def test_candidate_softmaxes_match_numpy():
+  rng = np.random.default_rng(1)
+  logits = rng.normal(size=(3, 7)).astype(np.float32) * 3
+  positions = np.array([0, 1, 0])
+  is_positive = np.array([True, True, False, False, False, False, False])  # 2 is padding.
+  is_negative = np.array([False, False, False, True, True, True, True])
+  expected_masks = {
+      "sampled_softmax": np.tile(is_positive | is_negative, (3, 1)),
+      "pos_only": np.tile(is_positive, (3, 1)),
+      "neg_only": np.array([is_negative | (np.arange(7) == p) for p in positions]),
+  }
+  for name, allowed in expected_masks.items():
+    mask = sampled_softmax.candidate_mask(tf.constant(positions), tf.constant(is_positive),
+                                          tf.constant(is_negative), name)
+    np.testing.assert_array_equal(mask.numpy(), allowed)
+    got = sampled_softmax.candidate_softmax_loss(tf.constant(logits),
+                                                 tf.constant(positions), mask)
+    np.testing.assert_allclose(got.numpy(), numpy_candidate_loss(logits, positions,
+                                                                 allowed), rtol=1e-5)
+  # logQ: 4 negatives drawn from the 100 - 2 non-positive classes.
+  log_q = sampled_softmax.log_q_correction(tf.constant(is_negative), 4, 100,
+                                           tf.constant(2)).numpy()
+  np.testing.assert_allclose(log_q, np.where(is_negative, np.log(4 / 98), 0.0), rtol=1e-6)
+  mask = expected_masks["sampled_softmax"]
+  got = sampled_softmax.candidate_softmax_loss(tf.constant(logits), tf.constant(positions),
+                                               tf.constant(mask), tf.constant(log_q))
+  np.testing.assert_allclose(got.numpy(), numpy_candidate_loss(logits, positions, mask,
+                                                               log_q), rtol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["fedss", "full_softmax"])
+def test_sampled_softmax_over_every_class_is_full_softmax(algorithm):
+  rng = np.random.default_rng(2)
+  queries = rng.normal(size=(4, 3)).astype(np.float32)
+  queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+  table = rng.normal(size=(6, 3)).astype(np.float32)
+  labels = np.array([0, 3, 3, 5])
+  # fedss: positives {0, 3, 5} in the slots, the other 3 classes as negatives.
+  keys = np.array([0, 3, 5, 1, 2, 4]) if algorithm == "fedss" else np.arange(6)
+  config = FedSSConfig(algorithm=algorithm, num_negatives=3, positives_per_client=3)
+  positions = np.array([list(keys).index(label) for label in labels])
+  got = fedss.candidate_loss(tf.constant(queries), tf.constant(table[keys]),
+                             tf.constant(positions), tf.ones([6], tf.bool), config,
+                             scale=20.0, num_classes=6)
+  unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+  full = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)(
+      labels, 20.0 * queries @ unit.T)
+  np.testing.assert_allclose(got.numpy(), full.numpy(), rtol=1e-5)
+
+
+def numpy_round_loss(tower, rows, ids, values, positions, allowed, scale):
+  g = numpy_tower(tower, ids, values)
+  unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+  return numpy_candidate_loss(scale * g @ unit.T, positions, allowed)
+
+
+def test_one_fedss_round_matches_a_hand_computation():
+  config = FedSSConfig(num_negatives=3, positives_per_client=2, client_learning_rate=0.4,
+                       server_optimizer="sgd", server_learning_rate=1.0)
+  process = fedss.build_xc_process(MODEL, config, max_features=WIDTH, seed=3)
+  state = process.initialize()
+  start = [np.asarray(w, np.float64) for w in process.get_model_weights(state).trainable]
+  tower, table = start[:-1], start[-1]
+  got = [np.asarray(w) for w in process.get_model_weights(
+      process.next(state, [dataset(*c) for c in CLIENTS]).state).trainable]
+
+  tower_deltas, row_deltas, sizes = [], {}, []
+  for ids, values, labels in CLIENTS:
+    keys, is_real = keys_of(labels, slots=2, classes=8, negatives=3, seed=(3, 1))
+    rows = table[keys]
+    positions = np.array([list(keys).index(label) for label in labels])
+    allowed = np.tile(is_real, (len(labels), 1))
+
+    def loss(tower_weights, client_rows):
+      return numpy_round_loss(tower_weights, client_rows, ids, values, positions,
+                              allowed, MODEL.logit_scale)
+
+    new_tower = []
+    for i in range(len(tower)):
+      def f(x, i=i):
+        changed = list(tower)
+        changed[i] = x
+        return loss(changed, rows)
+      new_tower.append(tower[i] - 0.4 * numeric_grad(f, tower[i]))
+    new_rows = rows - 0.4 * numeric_grad(lambda r: loss(tower, r), rows)
+    tower_deltas.append([n - o for n, o in zip(new_tower, tower)])
+    for key, delta, real in zip(keys, new_rows - rows, is_real):
+      if real:
+        row_deltas.setdefault(key, []).append(delta)
+    sizes.append(len(labels))
+  expected_tower = [w + sum(s * d[i] for s, d in zip(sizes, tower_deltas)) / sum(sizes)
+                    for i, w in enumerate(tower)]
+  expected_table = table.copy()
+  for key, deltas in row_deltas.items():
+    expected_table[key] += np.mean(deltas, axis=0)
+  for g, e in zip(got[:-1], expected_tower):
+    np.testing.assert_allclose(g, e, atol=2e-5)
+  np.testing.assert_allclose(got[-1], expected_table, atol=2e-5)
+  assert len(row_deltas) < MODEL.num_labels  # Some rows nobody held...
+  for c in set(range(MODEL.num_labels)) - set(row_deltas):
+    np.testing.assert_array_equal(got[-1][c], table[c].astype(np.float32))  # ...stay.
+
+
+def test_bytes_follow_the_shapes_and_only_full_softmax_sends_the_table():
+  tower = 4 * sum(np.prod(s) for s in MODEL.weight_shapes())
+  table_shape = (MODEL.num_labels, MODEL.embedding_dim)
+  for algorithm, keys in [("fedss", 2 + 3), ("neg_only", 2 + 3), ("pos_only", 2),
+                          ("full_softmax", MODEL.num_labels)]:
+    config = FedSSConfig(algorithm=algorithm, num_negatives=3, positives_per_client=2)
+    down, up = fedss.bytes_per_client(MODEL.weight_shapes(), MODEL.num_labels,
+                                      MODEL.embedding_dim, config)
+    assert down == tower + 4 * keys * MODEL.embedding_dim
+    process = fedss.build_xc_process(MODEL, config, max_features=WIDTH)
+    sends_table = table_shape in all_client_shapes(process)
+    assert sends_table == (algorithm == "full_softmax")
+    if algorithm == "full_softmax":
+      assert up == down + 8
+    else:  # Tower and row deltas, the keys twice (request, update), the mask, 2 sums.
+      assert up == tower + 4 * keys * MODEL.embedding_dim + 3 * 4 * keys + 8
+
+
+def test_movielens_key_set_covers_contexts_and_labels_and_skips_padding():
+  model = dual_encoder.DualEncoderConfig(vocabulary_size=30, max_context_length=3,
+                                         embedding_dim=4)
+  config = FedSSConfig(num_negatives=5, positives_per_client=6)
+  process = fedss.build_movielens_process(model, config, temperature=0.05)
+  data = tf.data.Dataset.from_tensor_slices(
+      (np.array([[1, 2, 0], [2, 3, 4]], np.int32), np.array([5, 6], np.int32))).batch(2)
+  state = process.initialize()
+  before = np.asarray(process.get_model_weights(state).trainable[0])
+  after = np.asarray(process.get_model_weights(process.next(state, [data]).state)
+                     .trainable[0])
+  moved = set(np.flatnonzero(np.abs(after - before).sum(1) > 0))
+  assert {1, 2, 3, 4, 5, 6} <= moved  # Every item the client touches ...
+  assert 0 not in moved and len(moved) <= 6 + 5  # ... plus at most its negatives.

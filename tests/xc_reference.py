@@ -1,0 +1,64 @@
+"""NumPy references and TFF type walks shared by the XC algorithm tests."""
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+
+def dataset(ids, values, labels):
+  return tf.data.Dataset.from_tensor_slices(
+      ((ids.astype(np.int32), values.astype(np.float32)), labels.astype(np.int32))).batch(8)
+
+
+def numpy_tower(weights, ids, values):
+  """The XC instance tower (bag, then one Dense layer), L2-normalized, in NumPy."""
+  bag, kernel, bias = weights
+  v = np.where(ids > 0, values, 0.0)
+  hidden = np.einsum("bf,bfd->bd", v / np.abs(v).sum(1, keepdims=True), bag[ids])
+  out = hidden @ kernel + bias
+  return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def numeric_grad(f, x, eps=1e-6):
+  grad = np.zeros_like(x)
+  for index in np.ndindex(x.shape):
+    up, down = x.copy(), x.copy()
+    up[index] += eps
+    down[index] -= eps
+    grad[index] = (f(up) - f(down)) / (2 * eps)
+  return grad
+
+
+def federated_shapes(type_spec, placement):
+  """Shapes of every tensor inside values placed at `placement`."""
+  shapes = []
+  if isinstance(type_spec, tff.FederatedType):
+    if type_spec.placement is placement:
+      shapes += [tuple(t.shape) for t in tensors(type_spec.member)]
+  elif isinstance(type_spec, tff.FunctionType):
+    if type_spec.parameter is not None:
+      shapes += federated_shapes(type_spec.parameter, placement)
+    shapes += federated_shapes(type_spec.result, placement)
+  elif isinstance(type_spec, tff.StructType):
+    for _, member in tff.structure.iter_elements(type_spec):
+      shapes += federated_shapes(member, placement)
+  return shapes
+
+
+def tensors(type_spec):
+  if isinstance(type_spec, tff.TensorType):
+    return [type_spec]
+  if isinstance(type_spec, tff.SequenceType):
+    return tensors(type_spec.element)
+  if isinstance(type_spec, tff.StructType):
+    return [t for _, m in tff.structure.iter_elements(type_spec) for t in tensors(m)]
+  return []
+
+
+def all_client_shapes(process):
+  shapes, stack = set(), [process.next.to_building_block()]
+  while stack:
+    block = stack.pop()
+    shapes |= set(federated_shapes(block.type_signature, tff.CLIENTS))
+    stack.extend(block.children())
+  return shapes
