@@ -10,18 +10,25 @@ evaluations, capped by --rounds and --centralized_max_epochs); --budget=matched
 trains the federated runs for --rounds and each centralized run on as many
 examples.
 
+  python -m scripts.compare --synthetic=ml1m --losses= \
+      --algorithms=fedss,full_softmax --num_negatives=200 --output_dir=runs/ml_fedss
+adds FedSS runs (sampled global softmax; --losses= skips the loss runs) with the
+bytes each client moves per round, and quality_vs_bytes.png.
+
   python -m scripts.compare --task=xc --synthetic_xc=xc_small --output_dir=runs/xc \
       [--xc_train_path=TRAIN.txt --xc_test_path=TEST.txt] [--partition=...] \
-      [--algorithms=fedaws,softmax_oracle]
-trains FedAwS and its baselines on the same clients and writes results.csv
-(algorithm, precision@1/3/5, bytes per client), results.md and
-precision_curves.png.
+      [--algorithms=fedaws,softmax_oracle] [--algorithms=fedss,neg_only,pos_only,\
+      full_softmax --num_negatives=500]
+trains FedAwS, FedSS and their baselines on the same clients and writes
+results.csv (algorithm, precision@1/3/5, bytes per client), results.md,
+precision_curves.png and quality_vs_bytes.png.
 """
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
 from fed_retrieval.algorithms import fedaws
+from fed_retrieval.algorithms import fedss
 from fed_retrieval.models import model_flags
 from fed_retrieval.reports import comparison
 from fed_retrieval.reports import xc_comparison
@@ -51,13 +58,16 @@ _CENTRALIZED_EVAL_EVERY_STEPS = flags.DEFINE_integer(
     "centralized_eval_every_steps", 10_000,
     "Validation evaluation of the centralized runs every N batches.")
 _ALGORITHMS = flags.DEFINE_list(
-    "algorithms", list(fedaws.ALGORITHMS), "--task=xc: the algorithms to compare.")
+    "algorithms", None,
+    "--task=xc: the algorithms to compare (default: FedAwS's "
+    f"{','.join(fedaws.ALGORITHMS)}; also {','.join(fedss.ALGORITHMS)}). MovieLens: "
+    "FedSS runs of sampled global softmax added to the losses' runs (default none).")
 flags.mark_flag_as_required("output_dir")
 
 
 def compare_xc() -> None:
   rows = xc_comparison.run_xc_comparison(
-      task_flags.xc_task_config_from_flags(), _ALGORITHMS.value,
+      task_flags.xc_task_config_from_flags(), _ALGORITHMS.value or fedaws.ALGORITHMS,
       federated_flags.xc_federated_config_from_flags(), model_flags.OUTPUT_DIR.value)
   print(xc_comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
@@ -69,7 +79,13 @@ def main(argv) -> None:
     return
   for loss in _LOSSES.value:
     registry.base_loss_name(loss)  # Fails early, naming --loss, on a typo.
-  federated = federated_flags.federated_config_from_flags(_LOSSES.value[0])
+  sampled_softmax_algorithms = _ALGORITHMS.value or []
+  for algorithm in sampled_softmax_algorithms:
+    if algorithm not in fedss.ALGORITHMS:
+      raise ValueError(f"--algorithms: MovieLens takes the FedSS algorithms "
+                       f"{', '.join(fedss.ALGORITHMS)}, got '{algorithm}'")
+  federated = federated_flags.federated_config_from_flags(
+      (_LOSSES.value or ["global_softmax"])[0])
   centralized = CentralizedConfig(
       epochs=_CENTRALIZED_MAX_EPOCHS.value,
       eval_every_steps=_CENTRALIZED_EVAL_EVERY_STEPS.value,
@@ -79,7 +95,8 @@ def main(argv) -> None:
   rows = comparison.run_comparison(
       task_flags.task_config_from_flags(), _LOSSES.value, federated, centralized,
       model_flags.OUTPUT_DIR.value, _BUDGET.value, _INCLUDE_SHUFFLED.value,
-      _INCLUDE_FEDSGD.value, model_flags.EMBEDDING_DIM.value)
+      _INCLUDE_FEDSGD.value, model_flags.EMBEDDING_DIM.value,
+      sampled_softmax_algorithms, federated_flags.fedss_config_from_flags())
   print(comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
 

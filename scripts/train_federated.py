@@ -1,5 +1,6 @@
-"""Federated training with TFF, resumable: the MovieLens dual encoder (FedAvg or
-FedSGD) or, with --task=xc, the XC classifier (FedAwS or a baseline).
+"""Federated training with TFF, resumable: the MovieLens dual encoder (FedAvg,
+FedSGD, or FedSS's sampled global softmax) or, with --task=xc, the XC classifier
+(FedAwS, FedSS or a baseline).
 
   python -m scripts.train_federated --synthetic=small --loss=hinge_spreadout \
       --rounds=50 --clients_per_round=20 --output_dir=runs/fed_small
@@ -8,6 +9,14 @@ checkpoint; --shuffle_across_users trains the IID "federated shuffled" control.
 
   python -m scripts.train_federated --task=xc --synthetic_xc=xc_small \
       --algorithm=fedaws --spreadout=topk --spreadout_k=10 --output_dir=runs/fedaws
+
+  python -m scripts.train_federated --task=xc --synthetic_xc=xc_10k \
+      --partition=k_labels_per_client --labels_per_client=10 --algorithm=fedss \
+      --num_negatives=500 --output_dir=runs/fedss
+
+  python -m scripts.train_federated --synthetic=ml1m --algorithm=fedss \
+      --num_negatives=200 --output_dir=runs/ml_fedss
+trains sampled global softmax (items as classes; --loss must be global_softmax).
 """
 
 import json
@@ -15,9 +24,12 @@ import json
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
+from fed_retrieval.algorithms import fedss
 from fed_retrieval.models import model_flags
 from fed_retrieval.training import federated_flags
 from fed_retrieval.training import federated_loop
+from fed_retrieval.training import sampled_softmax_training
+from fed_retrieval.training.sampled_softmax_training import LOSS
 from fed_retrieval.training import xc_training
 from tasks import task_flags
 from tasks.movielens import movielens_task
@@ -35,10 +47,19 @@ def main(argv) -> None:
     print(json.dumps(results, indent=2))
     return
   task = movielens_task.build_task(task_flags.task_config_from_flags())
-  config = federated_flags.federated_config_from_flags(model_flags.LOSS.value)
-  results = federated_loop.train_federated(
-      task, config, model_flags.OUTPUT_DIR.value,
-      embedding_dim=model_flags.EMBEDDING_DIM.value)
+  algorithm = federated_flags.ALGORITHM.value
+  if algorithm in fedss.ALGORITHMS:
+    if flags.FLAGS["loss"].present and model_flags.LOSS.value != LOSS:
+      raise ValueError(f"--algorithm={algorithm} trains {LOSS} (sampled over a "
+                       f"client's items), not --loss={model_flags.LOSS.value}")
+    results = sampled_softmax_training.train_sampled_softmax(
+        task, federated_flags.federated_config_from_flags(LOSS),
+        federated_flags.fedss_config_from_flags(algorithm),
+        model_flags.OUTPUT_DIR.value, model_flags.EMBEDDING_DIM.value)
+  else:
+    results = federated_loop.train_federated(
+        task, federated_flags.federated_config_from_flags(model_flags.LOSS.value),
+        model_flags.OUTPUT_DIR.value, embedding_dim=model_flags.EMBEDDING_DIM.value)
   print(json.dumps(results, indent=2))
 
 

@@ -71,3 +71,11 @@ def test_config_json_round_trip_and_validation():
   assert dual_encoder.DualEncoderConfig.from_json(config.to_json()) == config
   with pytest.raises(ValueError, match="output dimensions differ"):
     dual_encoder.DualEncoderConfig(vocabulary_size=30, context_hidden_dims=(8,))
+
+
+def test_weight_shapes_are_the_models_trainable_shapes():
+  config = DualEncoderConfig(vocabulary_size=30, embedding_dim=8,
+                             context_hidden_dims=(12, 6), item_hidden_dims=(6,))
+  model = build_dual_encoder(config)
+  assert sorted(config.weight_shapes()) == sorted(
+      tuple(v.shape) for v in model.trainable_variables)

@@ -69,6 +69,13 @@ def build_learning_process(model_fn: ModelFn, config
       server_optimizer_fn=server_optimizer, loop_implementation=CLIENT_LOOP)
 
 
+def bytes_per_client(weight_shapes: Sequence[Sequence[int]]) -> Tuple[int, int]:
+  """(download, upload) bytes of one client in one round: the whole model down,
+  its delta (FedAvg) or gradient (FedSGD, the same shapes) up."""
+  model = 4 * sum(int(np.prod(s)) for s in weight_shapes)
+  return model, model
+
+
 def assign_weights(process: tff.learning.templates.LearningProcess, state,
                    keras_model: tf.keras.Model) -> None:
   """Copies the server model into a Keras model, refusing mismatched shapes.

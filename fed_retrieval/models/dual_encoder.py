@@ -14,7 +14,7 @@ recall metrics need; `query_tower` and `item_tower` are sub-models for export.
 
 import dataclasses
 import json
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -50,6 +50,14 @@ class DualEncoderConfig:
   @property
   def output_dim(self) -> int:
     return (self.item_hidden_dims or (self.embedding_dim,))[-1]
+
+  def weight_shapes(self) -> List[Tuple[int, ...]]:
+    """Shapes of the trainable weights: the item table, then the Dense layers."""
+    shapes = [(self.vocabulary_size, self.embedding_dim)]
+    for dims in (self.item_hidden_dims, self.context_hidden_dims):
+      for fan_in, fan_out in zip((self.embedding_dim,) + dims[:-1], dims):
+        shapes += [(fan_in, fan_out), (fan_out,)]
+    return shapes
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), sort_keys=True)

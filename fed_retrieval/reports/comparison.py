@@ -12,22 +12,30 @@ Centralized runs train on the pooled examples of the federated training users
 and are validated and tested on the same users as the federated runs.
 Controls, when asked: the IID `federated_shuffled` run (examples dealt to
 users at random, counts kept) and `federated_sgd` (FedSGD: one step per round).
+FedSS runs, when asked (`sampled_softmax_algorithms`): sampled global softmax
+and its baselines (`sampled_softmax_training`), rows `federated_<algorithm>`.
+Every federated row carries the bytes a client downloads and uploads per round;
+`quality_vs_bytes.png` plots test recall@10 against them.
 """
 
 import csv
 import dataclasses
 import math
 import os
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
+from fed_retrieval.algorithms.fedss import FedSSConfig
+from fed_retrieval.evaluation import retrieval_evaluation
+from fed_retrieval.reports import communication
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training import run_directory
+from fed_retrieval.training import sampled_softmax_training
 from fed_retrieval.training.centralized_loop import CentralizedConfig
 from fed_retrieval.training.federated_loop import FederatedConfig
 from tasks.movielens import movielens_task
@@ -36,7 +44,8 @@ BUDGETS = ("converged", "matched")
 RECALL_KEYS = ("global_recall@1", "global_recall@5", "global_recall@10")
 CSV_COLUMNS = ("setting", "loss") + RECALL_KEYS + (
     "examples_seen", "rounds", "best_round", "steps", "best_step",
-    "drop_vs_centralized_same_loss@10", "drop_vs_best_centralized@10")
+    "drop_vs_centralized_same_loss@10", "drop_vs_best_centralized@10",
+    "bytes_down_per_client", "bytes_up_per_client")
 
 
 def federated_settings(include_shuffled: bool, include_fedsgd: bool
@@ -54,11 +63,14 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
                    federated: FederatedConfig, centralized: CentralizedConfig,
                    output_dir: str, budget: str = "converged",
                    include_shuffled: bool = False, include_fedsgd: bool = False,
-                   embedding_dim: int = 16) -> List[Dict[str, Any]]:
+                   embedding_dim: int = 16,
+                   sampled_softmax_algorithms: Sequence[str] = (),
+                   fedss: Optional[FedSSConfig] = None) -> List[Dict[str, Any]]:
   """Runs (or resumes) every run of the comparison; returns one row per run.
 
   `federated` and `centralized` give everything but the loss (and, for the
-  matched budget, the patience and the centralized steps).
+  matched budget, the patience and the centralized steps); `fedss` the client
+  and server optimization of the sampled-softmax runs.
   """
   if budget not in BUDGETS:
     raise ValueError(f"--budget must be one of {', '.join(BUDGETS)}, got '{budget}'")
@@ -99,13 +111,31 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
         embedding_dim)
     rows.append(_row("centralized", loss, central, output_dir))
     rows.extend(federated_rows)
-    popularity = central["most_popular_baseline"]  # The same for every loss.
+  for algorithm in sampled_softmax_algorithms:
+    key = ()
+    if key not in tasks:
+      tasks[key] = movielens_task.build_task(task_config)
+    with tff_runtime.local_execution_context():
+      results = sampled_softmax_training.train_sampled_softmax(
+          tasks[key], federated,
+          dataclasses.replace(fedss or FedSSConfig(), algorithm=algorithm),
+          os.path.join(output_dir, f"federated_{algorithm}_global_softmax"),
+          embedding_dim)
+    rows.append(_row(f"federated_{algorithm}", sampled_softmax_training.LOSS, results,
+                     output_dir))
+  task = tasks[()] if () in tasks else movielens_task.build_task(task_config)
+  popularity = retrieval_evaluation.evaluate(
+      retrieval_evaluation.popularity_score_fn(task.federated_train,
+                                               task.vocabulary_size),
+      task.federated_test, federated.ks, federated.batch_size)
   rows.append({"setting": "baseline", "loss": "most_popular", **popularity})
   return with_relative_drops(rows)
 
 
 def _row(setting: str, loss: str, results: Dict[str, Any], output_dir: str):
-  keys = ("examples_seen", "rounds", "best_round", "steps", "best_step")
+  keys = ("examples_seen", "rounds", "best_round", "steps", "best_step",
+          "bytes_down_per_client", "bytes_up_per_client",
+          "mean_real_bytes_down_per_client")
   return {"setting": setting, "loss": loss, **results["test"],
           **{k: results[k] for k in keys if k in results},
           "run_dir": os.path.join(output_dir, f"{setting}_{loss}")}
@@ -115,13 +145,14 @@ def with_relative_drops(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
   """Adds, to federated rows, the relative drop of recall@10 vs centralized."""
   central = {r["loss"]: r["global_recall@10"] for r in rows
              if r["setting"] == "centralized"}
-  best = max(central.values())
+  best = max(central.values(), default=math.nan)
   for row in rows:
     if row["setting"].startswith("federated"):
-      reference = central[row["loss"]]
+      reference = central.get(row["loss"], math.nan)
       row["drop_vs_centralized_same_loss@10"] = (
           (reference - row["global_recall@10"]) / reference if reference else math.nan)
-      row["drop_vs_best_centralized@10"] = (best - row["global_recall@10"]) / best
+      row["drop_vs_best_centralized@10"] = (
+          (best - row["global_recall@10"]) / best if best else math.nan)
   return rows
 
 
@@ -144,16 +175,25 @@ def _budget_used(row: Dict[str, Any]) -> str:
   return text + f", {row['steps']} steps (best {row['best_step']})"
 
 
+def _bytes(row: Dict[str, Any]) -> str:
+  if row.get("bytes_down_per_client") in (None, ""):
+    return ""
+  return (f"{communication.megabytes(row['bytes_down_per_client'])} / "
+          f"{communication.megabytes(row['bytes_up_per_client'])}")
+
+
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
   header = ("| setting | loss | recall@1 | recall@5 | recall@10 | drop vs same loss "
-            "| drop vs best centralized | trained on |")
-  lines = [header, "|" + "---|" * 8]
+            "| drop vs best centralized | trained on | MB down / up per client per "
+            "round |")
+  lines = [header, "|" + "---|" * 9]
   percent = lambda v: "" if v is None or v == "" else f"{100 * v:.2f}%"
   for row in rows:
     lines.append("| " + " | ".join([
         row["setting"], row["loss"], *(percent(row[k]) for k in RECALL_KEYS),
         percent(row.get("drop_vs_centralized_same_loss@10")),
-        percent(row.get("drop_vs_best_centralized@10")), _budget_used(row)]) + " |")
+        percent(row.get("drop_vs_best_centralized@10")), _budget_used(row),
+        _bytes(row)]) + " |")
   return "\n".join(lines) + "\n"
 
 
@@ -202,4 +242,8 @@ def write_reports(rows: Sequence[Dict[str, Any]], output_dir: str) -> str:
   with open(os.path.join(output_dir, "results.md"), "w") as f:
     f.write(table)
   plot_recall_vs_examples(rows, os.path.join(output_dir, "recall_curves.png"))
+  communication.plot_quality_vs_bytes(
+      [r for r in rows if r.get("bytes_down_per_client") not in (None, "")],
+      lambda r: f"{r['setting']} {r['loss']}", "global_recall@10",
+      os.path.join(output_dir, "quality_vs_bytes.png"))
   return table

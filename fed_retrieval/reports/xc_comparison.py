@@ -1,11 +1,12 @@
-"""FedAwS and its baselines on one XC task: the paper's Table 3 analogue.
+"""FedAwS, FedSS and their baselines on one XC task (papers 000 and 003).
 
 Every algorithm is trained with the shared loop (converged by validation
 precision@1, or a fixed --rounds with patience 0) on the same clients, and
 tested on the same points. Reports: `results.csv` (one row per algorithm, and
 a `most_frequent_labels` reference: the same 5 most frequent training labels
 for every point), `results.md` (P@1/3/5 and bytes per client per round) and
-`precision_curves.png` (validation P@1 against rounds).
+`precision_curves.png` (validation P@1 against rounds) and
+`quality_vs_bytes.png` (test P@1 against MB per client per round).
 """
 
 import csv
@@ -19,6 +20,7 @@ import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 
 from fed_retrieval.evaluation import classification_metrics
+from fed_retrieval.reports import communication
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import run_directory
 from fed_retrieval.training import xc_training
@@ -66,12 +68,11 @@ def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[st
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
   lines = ["| algorithm | P@1 | P@3 | P@5 | MB down / client / round | "
            "MB up / client / round | rounds (best) |", "|" + "---|" * 7]
-  megabytes = lambda v: "" if v in (None, "") else f"{v / 1e6:.3f}"
   for row in rows:
     lines.append("| " + " | ".join([
         row["algorithm"], *(f"{100 * row[f'precision@{k}']:.2f}" for k in (1, 3, 5)),
-        megabytes(row.get("bytes_down_per_client")),
-        megabytes(row.get("bytes_up_per_client")),
+        communication.megabytes(row.get("bytes_down_per_client")),
+        communication.megabytes(row.get("bytes_up_per_client")),
         f"{row['rounds']} ({row['best_round']})" if "rounds" in row else ""]) + " |")
   return "\n".join(lines) + "\n"
 
@@ -89,7 +90,7 @@ def plot_precision_curves(rows: Sequence[Dict[str, Any]], path: str) -> None:
     axes.plot(*zip(*points), marker="o", markersize=2, label=row["algorithm"])
   axes.set_xlabel("round")
   axes.set_ylabel("precision@1 (validation points)")
-  axes.set_title("FedAwS and baselines")
+  axes.set_title("FedAwS, FedSS and baselines")
   axes.legend(fontsize=8)
   axes.grid(alpha=0.3)
   figure.tight_layout()
@@ -107,4 +108,7 @@ def write_reports(rows: Sequence[Dict[str, Any]], output_dir: str) -> str:
   with open(os.path.join(output_dir, "results.md"), "w") as f:
     f.write(table)
   plot_precision_curves(rows, os.path.join(output_dir, "precision_curves.png"))
+  communication.plot_quality_vs_bytes(
+      [r for r in rows if "run_dir" in r], lambda r: r["algorithm"], "precision@1",
+      os.path.join(output_dir, "quality_vs_bytes.png"))
   return table

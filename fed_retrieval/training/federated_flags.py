@@ -83,9 +83,13 @@ MIN_DELTA = flags.DEFINE_float(
 
 
 def federated_config_from_flags(loss: str) -> FederatedConfig:
+  """The MovieLens run the flags describe. With a FedSS --algorithm (sampled
+  global softmax), the loop's settings: its algorithm field stays FedAvg's."""
+  algorithm = ALGORITHM.value or _DEFAULTS.algorithm
   return FederatedConfig(
       objective=model_flags.objective_config_from_flags(loss),
-      algorithm=ALGORITHM.value or _DEFAULTS.algorithm, rounds=ROUNDS.value,
+      algorithm=_DEFAULTS.algorithm if algorithm in fedss.ALGORITHMS else algorithm,
+      rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       batch_size=model_flags.BATCH_SIZE.value,
       client_optimizer=CLIENT_OPTIMIZER.value,

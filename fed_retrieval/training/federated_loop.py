@@ -288,5 +288,7 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
       export=lambda model, directory: export.export_model(model, model_config,
                                                           directory),
       results={"setting": setting, "loss": config.objective.loss,
-               "algorithm": config.algorithm})
+               "algorithm": config.algorithm},
+      round_metrics=dict(zip(("bytes_down_per_client", "bytes_up_per_client"),
+                             fedavg.bytes_per_client(model_config.weight_shapes()))))
   return run_federated(job, config, output_dir, progress)
