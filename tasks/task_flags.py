@@ -35,7 +35,15 @@ _XC_MAX_FEATURES = flags.DEFINE_integer(
     "xc_max_features", 64, "XC: a point keeps its largest feature values, this many.")
 _XC_VALIDATION_FRACTION = flags.DEFINE_float(
     "xc_validation_fraction", 0.2,
-    "XC: fraction of the test points used for validation (early stopping).")
+    "XC: fraction of the test points used for validation (early stopping); with "
+    "--xc_class_split=disjoint, of the held-out classes.")
+_XC_CLASS_SPLIT = flags.DEFINE_enum(
+    "xc_class_split", "points", list(xc_task.CLASS_SPLITS),
+    "XC: points (test points of every class; P@k) or disjoint (validation and test "
+    "classes held out of training, SOP-style; MAP@R of instance embeddings).")
+_XC_HELD_OUT_CLASS_FRACTION = flags.DEFINE_float(
+    "xc_held_out_class_fraction", 0.5,
+    "XC --xc_class_split=disjoint: fraction of the classes held out of training.")
 
 _RATINGS_PATH = flags.DEFINE_string(
     "ratings_path", None,
@@ -96,4 +104,6 @@ def xc_task_config_from_flags() -> xc_task.XCTaskConfig:
       synthetic=_SYNTHETIC_XC.value, partition=_PARTITION.value,
       labels_per_client=_LABELS_PER_CLIENT.value, num_clients=_NUM_CLIENTS.value,
       dirichlet_alpha=_DIRICHLET_ALPHA.value, max_features=_XC_MAX_FEATURES.value,
-      validation_fraction=_XC_VALIDATION_FRACTION.value, seed=_DATA_SEED.value)
+      validation_fraction=_XC_VALIDATION_FRACTION.value,
+      class_split=_XC_CLASS_SPLIT.value,
+      held_out_class_fraction=_XC_HELD_OUT_CLASS_FRACTION.value, seed=_DATA_SEED.value)

@@ -101,3 +101,25 @@ def test_xc_classifier_round_trips_through_keras_config():
   np.testing.assert_allclose(again((ids, values)), model((ids, values)), rtol=1e-6)
   assert [tuple(w.shape) for w in model.trainable_weights] == (
       config.weight_shapes() + [(6, 3)])
+
+
+def test_disjoint_class_split_holds_validation_and_test_classes_out_of_training():
+  config = xc_task.XCTaskConfig(synthetic="xc_tiny", class_split="disjoint",
+                                held_out_class_fraction=0.4, validation_fraction=0.25)
+  task = xc_task.build_xc_task(config)
+  train = set(task.train_labels)
+  validation = {s[0] for s in task.validation.label_sets}
+  test = {s[0] for s in task.test.label_sets}
+  assert not (train & validation or train & test or validation & test)
+  held_out = len(validation | test)
+  assert held_out == round(0.4 * (held_out + len(train)))
+  assert len(validation) == round(0.25 * held_out)
+  assert all(len(s) == 1 for s in task.test.label_sets)  # One label each: MAP@R.
+  # Every pooled point lands in exactly one split.
+  tiny = synthetic_xc.PRESETS["xc_tiny"]
+  assert len(task.train) + len(task.validation) + len(task.test) == (
+      tiny.num_train + tiny.num_test - task.dropped_unlabeled)
+  again = xc_task.build_xc_task(config)
+  np.testing.assert_array_equal(again.train_labels, task.train_labels)
+  with pytest.raises(ValueError, match="--xc_class_split"):
+    xc_task.XCTaskConfig(synthetic="xc_tiny", class_split="classes")

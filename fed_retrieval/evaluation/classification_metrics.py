@@ -1,9 +1,16 @@
-"""Precision@k and recall@k of multi-label predictions, over all classes.
+"""Precision@k and recall@k of multi-label predictions, over all classes, and
+MAP@R of retrieval among held-out points.
 
 precision@k = |top-k classes of a point that are true labels| / k, averaged
 over points (the XC repository's P@k); recall@k = the same count / the number of
 true labels. The top-k come from a chunked search over the whole class table
 (`scoring.chunked_top_k`), so no dense points x classes matrix is built.
+
+MAP@R (Musgrave et al. 2020; paper 003's retrieval metric, eq. 9): each point
+queries the other points of its split by instance-embedding cosine; with R
+the number of other points of its class, MAP@R = (1/R) sum_{i<=R} P@i [the
+i-th neighbour is of its class], averaged over points with R >= 1. Used when
+the test classes are disjoint from the training classes (`class_split`).
 """
 
 from typing import Dict, Sequence
@@ -57,3 +64,29 @@ def evaluate_classifier(model: tf.keras.Model, points: PaddedPoints,
   table = scoring.l2_normalize(xc_encoder.class_table(model))
   _, top = scoring.chunked_top_k(instance_embeddings(model, points), table, max(ks))
   return precision_recall_at_k(top.numpy(), points.label_sets, ks)
+
+
+def map_at_r(embeddings: np.ndarray, labels: np.ndarray) -> Dict[str, float]:
+  """MAP@R and recall@1 (nearest other point of the same class) of retrieval."""
+  labels = np.asarray(labels)
+  _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+  r = counts[inverse] - 1
+  queries = np.flatnonzero(r > 0)
+  if len(queries) == 0:
+    raise ValueError("MAP@R needs a class with >= 2 evaluation points")
+  depth = int(r.max())
+  _, top = scoring.chunked_top_k(embeddings[queries], embeddings, depth + 1)
+  # The R_max nearest other points (the query itself dropped wherever it ranks).
+  neighbours = np.stack([row[row != q][:depth] for row, q in zip(top.numpy(), queries)])
+  relevant = labels[neighbours] == labels[queries][:, None]
+  ranks = np.arange(1, neighbours.shape[1] + 1)
+  within_r = ranks[None, :] <= r[queries][:, None]
+  precision = np.cumsum(relevant, axis=1) / ranks[None, :]
+  average = (precision * relevant * within_r).sum(axis=1) / r[queries]
+  return {"map@r": float(average.mean()), "recall@1": float(relevant[:, 0].mean())}
+
+
+def evaluate_retrieval(model: tf.keras.Model, points: PaddedPoints) -> Dict[str, float]:
+  """MAP@R and recall@1 of the instance tower among `points` (one label each)."""
+  return map_at_r(instance_embeddings(model, points),
+                  np.array([s[0] for s in points.label_sets]))

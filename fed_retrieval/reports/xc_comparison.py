@@ -28,8 +28,9 @@ from fed_retrieval.training.xc_training import XCFederatedConfig
 from tasks.xc import xc_task
 
 CSV_COLUMNS = ("algorithm", "precision@1", "precision@3", "precision@5", "recall@5",
-               "bytes_down_per_client", "bytes_up_per_client", "rounds", "best_round",
-               "examples_seen")
+               "map@r", "bytes_down_per_client", "bytes_up_per_client", "rounds",
+               "best_round", "examples_seen")
+RUN_COLUMNS = CSV_COLUMNS[6:]
 REFERENCE = "most_frequent_labels"
 
 
@@ -59,18 +60,27 @@ def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[st
       results = xc_training.train_xc_federated(
           task, run_config, os.path.join(output_dir, algorithm))
     rows.append({"algorithm": algorithm, **results["test"],
-                 **{k: results[k] for k in CSV_COLUMNS[5:]},
+                 **{k: results[k] for k in RUN_COLUMNS},
                  "run_dir": os.path.join(output_dir, algorithm)})
-  rows.append({"algorithm": REFERENCE, **most_frequent_labels_reference(task, config.ks)})
+  if task_config.class_split == "points":  # Unseen test classes have no frequency.
+    rows.append({"algorithm": REFERENCE,
+                 **most_frequent_labels_reference(task, config.ks)})
   return rows
 
 
+def quality_metric(rows: Sequence[Dict[str, Any]]) -> str:
+  """precision@1, or map@r when the test classes were held out of training."""
+  return "precision@1" if "precision@1" in rows[0] else "map@r"
+
+
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
-  lines = ["| algorithm | P@1 | P@3 | P@5 | MB down / client / round | "
-           "MB up / client / round | rounds (best) |", "|" + "---|" * 7]
+  lines = ["| algorithm | P@1 | P@3 | P@5 | MAP@R | MB down / client / round | "
+           "MB up / client / round | rounds (best) |", "|" + "---|" * 8]
+  percent = lambda v: "" if v is None else f"{100 * v:.2f}"
   for row in rows:
     lines.append("| " + " | ".join([
-        row["algorithm"], *(f"{100 * row[f'precision@{k}']:.2f}" for k in (1, 3, 5)),
+        row["algorithm"], *(percent(row.get(f"precision@{k}")) for k in (1, 3, 5)),
+        percent(row.get("map@r")),
         communication.megabytes(row.get("bytes_down_per_client")),
         communication.megabytes(row.get("bytes_up_per_client")),
         f"{row['rounds']} ({row['best_round']})" if "rounds" in row else ""]) + " |")
@@ -78,18 +88,20 @@ def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
 
 
 def plot_precision_curves(rows: Sequence[Dict[str, Any]], path: str) -> None:
+  """Validation precision@1 (or MAP@R) of every run against rounds."""
+  metric = quality_metric(rows)
   figure, axes = plt.subplots(figsize=(8, 5))
   for row in rows:
     if "run_dir" not in row:
-      axes.axhline(row["precision@1"], linestyle="-.", color="black",
+      axes.axhline(row[metric], linestyle="-.", color="black",
                    label=f"{row['algorithm']} (test)")
       continue
     with open(os.path.join(row["run_dir"], "metrics.csv")) as f:
-      points = [(int(r["round"]), float(r["val_precision@1"])) for r in csv.DictReader(f)
-                if r.get("val_precision@1")]
+      points = [(int(r["round"]), float(r[f"val_{metric}"])) for r in csv.DictReader(f)
+                if r.get(f"val_{metric}")]
     axes.plot(*zip(*points), marker="o", markersize=2, label=row["algorithm"])
   axes.set_xlabel("round")
-  axes.set_ylabel("precision@1 (validation points)")
+  axes.set_ylabel(f"{metric} (validation points)")
   axes.set_title("FedAwS, FedSS and baselines")
   axes.legend(fontsize=8)
   axes.grid(alpha=0.3)
@@ -109,6 +121,6 @@ def write_reports(rows: Sequence[Dict[str, Any]], output_dir: str) -> str:
     f.write(table)
   plot_precision_curves(rows, os.path.join(output_dir, "precision_curves.png"))
   communication.plot_quality_vs_bytes(
-      [r for r in rows if "run_dir" in r], lambda r: r["algorithm"], "precision@1",
+      [r for r in rows if "run_dir" in r], lambda r: r["algorithm"], quality_metric(rows),
       os.path.join(output_dir, "quality_vs_bytes.png"))
   return table

@@ -4,7 +4,8 @@ Builds the `FederatedJob` of one algorithm (FedAwS's fedaws, positive_only,
 fixed_class_embeddings, softmax_oracle; FedSS's fedss, neg_only, pos_only,
 full_softmax) on an XC task and runs it with the
 shared loop (`federated_loop.run_federated`): same sampling, checkpoints,
-metrics, early stopping on validation precision@1 and resume. The run's
+metrics, early stopping on validation precision@1 (MAP@R when the test
+classes are disjoint from the training classes) and resume. The run's
 metrics and results carry the bytes each client downloads and uploads per round.
 """
 
@@ -101,6 +102,14 @@ def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str,
   model_config = model_config_for(task, config)
   build_process, (down, up) = process_and_bytes(task, model_config, config)
   splits = {"validation": task.validation, "test": task.test}
+  if task.config.class_split == "disjoint":  # Retrieval among unseen classes.
+    evaluate = lambda model, split: classification_metrics.evaluate_retrieval(
+        model, splits[split])
+    monitored = "map@r"
+  else:
+    evaluate = lambda model, split: classification_metrics.evaluate_classifier(
+        model, splits[split], config.ks)
+    monitored = "precision@1"
   job = federated_loop.FederatedJob(
       name=config.algorithm,
       run_config={"task": task.config.describe(),
@@ -111,9 +120,8 @@ def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str,
       clients=task.clients,
       build_server_model=lambda: xc_encoder.build_xc_classifier(model_config,
                                                                 config.seed),
-      evaluate=lambda model, split: classification_metrics.evaluate_classifier(
-          model, splits[split], config.ks),
-      monitored="precision@1",
+      evaluate=evaluate,
+      monitored=monitored,
       export=lambda model, directory: export.export_xc_classifier(
           model, model_config, directory),
       results={"algorithm": config.algorithm,

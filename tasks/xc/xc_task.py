@@ -4,6 +4,13 @@ Training is multi-class: each training point keeps one of its labels, drawn
 uniformly (seeded), as in the FedAwS paper; points without a label are left
 out. Evaluation keeps every true label of a point. The test file is split
 (seeded) into validation points (early stopping) and test points (reported).
+
+`class_split="disjoint"` is the retrieval setting of paper 003 (Stanford
+Online Products): the points of both files are pooled, a seeded
+`held_out_class_fraction` of the classes (by each point's drawn label) is
+held out of training, and those classes are split into validation classes
+and test classes (`validation_fraction` of them); evaluation points keep that
+one label, and the metric is MAP@R among them.
 Features become fixed-width rows for the model: the `max_features` largest
 values of a point, ids shifted by one so that 0 pads (`PaddedPoints`).
 """
@@ -21,6 +28,9 @@ from tasks.xc import synthetic_xc
 from tasks.xc import xc_io
 
 
+CLASS_SPLITS = ("points", "disjoint")
+
+
 @dataclasses.dataclass(frozen=True)
 class XCTaskConfig:
   train_path: Optional[str] = None
@@ -32,6 +42,8 @@ class XCTaskConfig:
   dirichlet_alpha: float = 0.1
   max_features: int = 64
   validation_fraction: float = 0.2
+  class_split: str = "points"
+  held_out_class_fraction: float = 0.5
   seed: int = 0
 
   def __post_init__(self):
@@ -48,6 +60,12 @@ class XCTaskConfig:
                        f", got '{self.partition}'")
     if self.max_features < 1:
       raise ValueError(f"--xc_max_features must be >= 1, got {self.max_features}")
+    if self.class_split not in CLASS_SPLITS:
+      raise ValueError(f"--xc_class_split must be one of {', '.join(CLASS_SPLITS)}, "
+                       f"got '{self.class_split}'")
+    if not 0 < self.held_out_class_fraction < 1:
+      raise ValueError("--xc_held_out_class_fraction must be in (0, 1), got "
+                       f"{self.held_out_class_fraction}")
     if not 0 < self.validation_fraction < 1:
       raise ValueError("--xc_validation_fraction must be in (0, 1), got "
                        f"{self.validation_fraction}")
@@ -139,20 +157,51 @@ def build_xc_task(config: XCTaskConfig) -> XCTask:
   if train_data.num_points == 0 or test_data.num_points < 2:
     raise ValueError("the XC task needs labeled training points and >= 2 labeled "
                      "test points")
+  if config.class_split == "disjoint":
+    return _disjoint_class_task(config, train_data, test_data,
+                                dropped_train + dropped_test)
   labels = _single_labels(train_data.labels, config.seed)
   train = _padded(train_data, config.max_features)
-  points = partitions.partition_points(
-      labels, config.partition, config.seed, config.labels_per_client,
-      config.num_clients, config.dirichlet_alpha)
-  clients = ClientDatasets((train.feature_ids, train.feature_values),
-                           labels.astype(np.int32),
-                           {str(c): p for c, p in points.items()})
   test = _padded(test_data, config.max_features)
   order = np.random.default_rng([config.seed, 2]).permutation(len(test))
   num_val = max(1, int(round(config.validation_fraction * len(test))))
   return XCTask(config, train_data.num_labels, train_data.num_features, labels, train,
-                clients, test.subset(np.sort(order[:num_val])),
+                _clients(config, train, labels), test.subset(np.sort(order[:num_val])),
                 test.subset(np.sort(order[num_val:])), dropped_train + dropped_test)
+
+
+def _clients(config: XCTaskConfig, train: PaddedPoints,
+             labels: np.ndarray) -> ClientDatasets:
+  points = partitions.partition_points(
+      labels, config.partition, config.seed, config.labels_per_client,
+      config.num_clients, config.dirichlet_alpha)
+  return ClientDatasets((train.feature_ids, train.feature_values),
+                        labels.astype(np.int32), {str(c): p for c, p in points.items()})
+
+
+def _disjoint_class_task(config: XCTaskConfig, train_data: xc_io.XCData,
+                         test_data: xc_io.XCData, dropped: int) -> "XCTask":
+  """Training on some classes, validation and test on other, disjoint ones."""
+  features = scipy.sparse.vstack([train_data.features, test_data.features]).tocsr()
+  labels = _single_labels(list(train_data.labels) + list(test_data.labels),
+                          config.seed)
+  classes = np.unique(labels)
+  rng = np.random.default_rng([config.seed, 3])
+  held_out = rng.permutation(classes)[:int(round(config.held_out_class_fraction *
+                                                 len(classes)))]
+  num_val = max(1, int(round(config.validation_fraction * len(held_out))))
+  if len(held_out) - num_val < 1:
+    raise ValueError("--xc_class_split=disjoint: too few classes to hold out "
+                     f"validation and test classes ({len(classes)} classes)")
+  ids, values = pad_features(features, config.max_features)
+  pooled = PaddedPoints(ids, values, [np.array([y]) for y in labels])
+  train_rows = np.flatnonzero(~np.isin(labels, held_out))
+  train = pooled.subset(train_rows)
+  return XCTask(config, train_data.num_labels, train_data.num_features,
+                labels[train_rows], train, _clients(config, train, labels[train_rows]),
+                pooled.subset(np.flatnonzero(np.isin(labels, held_out[:num_val]))),
+                pooled.subset(np.flatnonzero(np.isin(labels, held_out[num_val:]))),
+                dropped)
 
 
 def fingerprint(task: XCTask) -> str:

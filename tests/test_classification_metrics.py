@@ -1,0 +1,47 @@
+"""MAP@R of retrieval among evaluation points, against a direct computation."""
+
+import numpy as np
+import pytest
+
+from fed_retrieval.evaluation import classification_metrics
+
+
+def direct_map_at_r(embeddings, labels):
+  unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+  scores, values, first_hits = unit @ unit.T, [], []
+  for i, label in enumerate(labels):
+    r = int(np.sum(labels == label)) - 1
+    if r == 0:
+      continue
+    order = [j for j in np.argsort(-scores[i], kind="stable") if j != i][:r]
+    relevant = labels[order] == label
+    values.append(sum(relevant[:k + 1].mean() for k in range(r) if relevant[k]) / r)
+    first_hits.append(relevant[0])
+  return np.mean(values), np.mean(first_hits)
+
+
+def test_map_at_r_by_hand():
+  # Class 0: points 0, 1, 2; class 1: points 3, 4; class 2: point 5 alone (skipped).
+  embeddings = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9], [0.95, 0.05],
+                         [-1, 0]], np.float32)
+  labels = np.array([0, 0, 0, 1, 1, 2])
+  got = classification_metrics.map_at_r(
+      embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True), labels)
+  # Point 0: neighbours 4 (no), 1 (yes): R=2 -> (0 + 1/2) / 2 = 0.25.
+  # Point 1: 4 (no), 0 (yes) -> 0.25. Point 2: 3 (no), 1 (yes) -> 0.25.
+  # Point 3: R=1, nearest 2 (no) -> 0. Point 4: nearest 0 (no) -> 0.
+  assert got["map@r"] == pytest.approx(0.75 / 5)
+  assert got["recall@1"] == pytest.approx(0.0)
+
+
+def test_map_at_r_matches_a_direct_computation():
+  rng = np.random.default_rng(0)
+  labels = rng.integers(0, 8, size=60)
+  centers = 3 * rng.normal(size=(8, 6))
+  embeddings = centers[labels] + rng.normal(size=(60, 6))
+  embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+  got = classification_metrics.map_at_r(embeddings.astype(np.float32), labels)
+  expected_map, expected_recall = direct_map_at_r(embeddings, labels)
+  assert got["map@r"] == pytest.approx(expected_map, abs=1e-6)
+  assert got["recall@1"] == pytest.approx(expected_recall, abs=1e-6)
+  assert 0.3 < got["map@r"] < 1  # Clustered: far above chance (~1/8).
