@@ -45,16 +45,21 @@ CANDIDATE_SET = {"fedss": "sampled_softmax", "neg_only": "neg_only",
 class FedSSConfig:
   """Hyper-parameters of FedSS and its baselines (names follow the flags).
 
-  Client SGD, then server SGD with momentum 0.9 on the tower (the paper's
-  server optimizer; learning rate in the README's sweep); rows take the plain
-  per-row mean of their holders' deltas.
+  Client SGD at 0.5; server Adam at 0.1 on the tower; rows take the plain
+  per-row mean of their holders' deltas. Not the paper's server SGD with
+  momentum 0.9 at 1.0: the tower's embedding bag is sparse, and the mean over
+  100 clients divides a feature row's delta by the ~100 clients that did not
+  touch it; Adam normalizes that away (as for FedAwS). Validation P@1 on
+  xc_10k (10 classes per client, 500 negatives) after 20 rounds: 0.20% with
+  SGDm 1.0, 0.73% with Adam 0.03, 2.43% with Adam 0.1 (README).
+  100 negatives are 5% of the default xc_small's 2,000 classes.
   """
   algorithm: str = "fedss"
   num_negatives: int = 100
   log_q: bool = False
   client_learning_rate: float = 0.5
-  server_optimizer: str = "sgdm"
-  server_learning_rate: float = 1.0
+  server_optimizer: str = "adam"
+  server_learning_rate: float = 0.1
   positives_per_client: int = 1
 
   def __post_init__(self):
