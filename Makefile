@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo compare-ml1m compare-ml1m-alt compare-xc compare-xc-alt test benchmark \
-        benchmark-spreadout bazel clean
+        benchmark-spreadout benchmark-round-cost bazel clean
 
 $(STAMP): requirements.txt requirements-tff.txt
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ benchmark: $(STAMP)
 	$(PY) -m scripts.benchmark --synthetic=ml1m --loss=batch_softmax
 
 # FedAwS's server step: 1,000 updated classes against 100k x 128, then all 100k.
+benchmark-round-cost: $(STAMP)
+	$(PY) -m scripts.benchmark_round_cost --num_classes=10000
+	$(PY) -m scripts.benchmark_round_cost --num_classes=100000
+	$(PY) -m scripts.benchmark_round_cost --num_classes=10000 --algorithm=full_softmax
+	$(PY) -m scripts.benchmark_round_cost --num_classes=100000 --algorithm=full_softmax
+
 benchmark-spreadout: $(STAMP)
 	$(PY) -m scripts.benchmark_spreadout --updated_classes=1000
 	$(PY) -m scripts.benchmark_spreadout --updated_classes=0 --repeats=1
