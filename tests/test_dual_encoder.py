@@ -37,7 +37,7 @@ def test_hidden_layers_and_tower_shapes():
   np.testing.assert_allclose(
       model(contexts).numpy()[0, 1:],
       (dual_encoder.query_tower(model)(contexts).numpy() @
-       dual_encoder.item_embeddings(model).numpy().T)[0, 1:], rtol=1e-5)
+       dual_encoder.item_embeddings(model).numpy().T)[0, 1:], rtol=1e-5, atol=1e-8)
 
 
 def test_spreadout_is_a_model_loss_only_when_weighted():
@@ -74,8 +74,9 @@ def test_config_json_round_trip_and_validation():
 
 
 def test_weight_shapes_are_the_models_trainable_shapes():
-  config = DualEncoderConfig(vocabulary_size=30, embedding_dim=8,
-                             context_hidden_dims=(12, 6), item_hidden_dims=(6,))
-  model = build_dual_encoder(config)
+  config = dual_encoder.DualEncoderConfig(vocabulary_size=30, embedding_dim=8,
+                                         context_hidden_dims=(12, 6),
+                                         item_hidden_dims=(6,))
+  model = dual_encoder.build_dual_encoder(config)
   assert sorted(config.weight_shapes()) == sorted(
       tuple(v.shape) for v in model.trainable_variables)
