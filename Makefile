@@ -9,7 +9,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo compare-ml1m compare-ml1m-alt compare-xc compare-xc-alt test benchmark \
+.PHONY: demo compare-ml1m compare-ml1m-alt compare-xc compare-xc-alt compare-xc-fedss \
+        compare-ml1m-fedss test benchmark \
         benchmark-spreadout benchmark-round-cost bazel clean
 
 $(STAMP): requirements.txt requirements-tff.txt
@@ -43,6 +44,17 @@ compare-xc: $(STAMP)
 compare-xc-alt: $(STAMP)
 	$(PY) -m scripts.compare --task=xc --synthetic_xc=xc_small_alt \
 	    --output_dir=runs/compare_xc_alt
+
+compare-xc-fedss: $(STAMP)
+	$(PY) -m scripts.compare --task=xc --synthetic_xc=xc_10k \
+	    --partition=k_labels_per_client --labels_per_client=10 \
+	    --algorithms=fedss,full_softmax,neg_only,pos_only --num_negatives=500 \
+	    --rounds=100 --patience=0 --eval_every=10 --output_dir=runs/compare_xc_10k
+
+compare-ml1m-fedss: $(STAMP)
+	$(PY) -m scripts.compare --synthetic=ml1m --losses= \
+	    --algorithms=fedss,full_softmax --num_negatives=200 --client_learning_rate=1.0 \
+	    --output_dir=runs/compare_ml1m_fedss
 
 # Bazel only checks the BUILD graph (`bazel query`); Debian's bazel-bootstrap is
 # installed when missing and we are root (as in CI).
