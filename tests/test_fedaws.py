@@ -10,8 +10,9 @@ from tasks.xc import xc_task
 from tests.spreadout_reference import numpy_topk_step
 from tests.xc_reference import all_client_shapes
 from tests.xc_reference import dataset
-from tests.xc_reference import numeric_grad
+from tests.xc_reference import numeric_sgd_step
 from tests.xc_reference import numpy_tower
+from tests.xc_reference import server_average
 from tests.xc_reference import tensors
 
 MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=5, bag_dim=3,
@@ -32,19 +33,6 @@ def numpy_loss(weights, row, ids, values, margin=0.9):
   return np.mean(np.maximum(margin - g @ w, 0.0) ** 2)
 
 
-def client_step(weights, row, ids, values, lr):
-  """One SGD step (the client's single batch) by central differences."""
-  new = []
-  for i in range(len(weights)):
-    def f(x, i=i):
-      changed = list(weights)
-      changed[i] = x
-      return numpy_loss(changed, row, ids, values)
-    new.append(weights[i] - lr * numeric_grad(f, weights[i]))
-  row_grad = numeric_grad(lambda r: numpy_loss(weights, r, ids, values), row)
-  return new, row - lr * row_grad
-
-
 def test_one_round_matches_a_hand_computation():
   config = FedAwSConfig(client_learning_rate=0.3, server_optimizer="sgd",
                         server_learning_rate=1.0, spreadout="topk", spreadout_k=2,
@@ -58,15 +46,15 @@ def test_one_round_matches_a_hand_computation():
 
   tower_deltas, row_deltas, sizes = [], {1: [], 3: []}, []
   for ids, values, labels in CLIENTS:
-    new_tower, new_row = client_step(tower, table[labels[0]], ids, values, 0.3)
+    row = table[labels[0]]
+    new_tower, new_row = numeric_sgd_step(
+        tower, row, lambda t, r, ids=ids, values=values: numpy_loss(t, r, ids, values),
+        0.3)
     tower_deltas.append([n - o for n, o in zip(new_tower, tower)])
-    row_deltas[labels[0]].append(new_row - table[labels[0]])
+    row_deltas[labels[0]].append(new_row - row)
     sizes.append(len(labels))
-  expected_tower = [w + sum(s * d[i] for s, d in zip(sizes, tower_deltas)) / sum(sizes)
-                    for i, w in enumerate(tower)]
-  averaged = table.copy()
-  for label, deltas in row_deltas.items():
-    averaged[label] += np.mean(deltas, axis=0)
+  expected_tower, averaged = server_average(tower, table, tower_deltas, sizes,
+                                            row_deltas)
   expected_table = numpy_topk_step(averaged, np.array([1, 3]), 2, 2.0 * 0.3)
   for g, e in zip(got[:-1], expected_tower):
     np.testing.assert_allclose(g, e, atol=2e-5)

@@ -12,8 +12,9 @@ from fed_retrieval.models import xc_encoder
 from losses import sampled_softmax
 from tests.xc_reference import all_client_shapes
 from tests.xc_reference import dataset
-from tests.xc_reference import numeric_grad
+from tests.xc_reference import numeric_sgd_step
 from tests.xc_reference import numpy_tower
+from tests.xc_reference import server_average
 
 MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=8, bag_dim=3,
                                    hidden_dims=(), embedding_dim=2, logit_scale=5.0)
@@ -167,24 +168,14 @@ def test_one_fedss_round_matches_a_hand_computation():
       return numpy_round_loss(tower_weights, client_rows, ids, values, positions,
                               allowed, MODEL.logit_scale)
 
-    new_tower = []
-    for i in range(len(tower)):
-      def f(x, i=i):
-        changed = list(tower)
-        changed[i] = x
-        return loss(changed, rows)
-      new_tower.append(tower[i] - 0.4 * numeric_grad(f, tower[i]))
-    new_rows = rows - 0.4 * numeric_grad(lambda r: loss(tower, r), rows)
+    new_tower, new_rows = numeric_sgd_step(tower, rows, loss, 0.4)
     tower_deltas.append([n - o for n, o in zip(new_tower, tower)])
     for key, delta, real in zip(keys, new_rows - rows, is_real):
       if real:
         row_deltas.setdefault(key, []).append(delta)
     sizes.append(len(labels))
-  expected_tower = [w + sum(s * d[i] for s, d in zip(sizes, tower_deltas)) / sum(sizes)
-                    for i, w in enumerate(tower)]
-  expected_table = table.copy()
-  for key, deltas in row_deltas.items():
-    expected_table[key] += np.mean(deltas, axis=0)
+  expected_tower, expected_table = server_average(tower, table, tower_deltas, sizes,
+                                                   row_deltas)
   for g, e in zip(got[:-1], expected_tower):
     np.testing.assert_allclose(g, e, atol=2e-5)
   np.testing.assert_allclose(got[-1], expected_table, atol=2e-5)

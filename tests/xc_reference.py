@@ -62,3 +62,26 @@ def all_client_shapes(process):
     shapes |= set(federated_shapes(block.type_signature, tff.CLIENTS))
     stack.extend(block.children())
   return shapes
+
+
+def numeric_sgd_step(tower, rows, loss, learning_rate):
+  """One SGD step of `loss(tower, rows)` on every weight, by central differences."""
+  new_tower = []
+  for i in range(len(tower)):
+    def f(x, i=i):
+      changed = list(tower)
+      changed[i] = x
+      return loss(changed, rows)
+    new_tower.append(tower[i] - learning_rate * numeric_grad(f, tower[i]))
+  return new_tower, rows - learning_rate * numeric_grad(lambda r: loss(tower, r), rows)
+
+
+def server_average(tower, table, tower_deltas, sizes, row_deltas):
+  """The example-weighted mean tower delta (server SGD at 1.0) and each held
+  row's mean delta over its holders ({row: [deltas]}), applied."""
+  new_tower = [w + sum(s * d[i] for s, d in zip(sizes, tower_deltas)) / sum(sizes)
+               for i, w in enumerate(tower)]
+  new_table = table.copy()
+  for row, deltas in row_deltas.items():
+    new_table[row] += np.mean(deltas, axis=0)
+  return new_tower, new_table

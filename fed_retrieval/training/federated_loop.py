@@ -265,13 +265,28 @@ def run_federated(job: FederatedJob, config, output_dir: str,
   return results
 
 
+def movielens_job_parts(task: MovieLensTask,
+                        model_config: dual_encoder.DualEncoderConfig,
+                        config: FederatedConfig) -> Dict[str, Any]:
+  """The `FederatedJob` fields every MovieLens algorithm shares: the users as
+  clients, the dual encoder, recall on the validation / test users, export."""
+  splits = {"validation": task.federated_val, "test": task.federated_test}
+  return dict(
+      clients=client_data.ClientDatasets.from_examples(task.federated_train),
+      build_server_model=lambda: dual_encoder.build_dual_encoder(model_config),
+      evaluate=lambda model, split: retrieval_evaluation.evaluate(
+          model, splits[split], config.ks, config.batch_size),
+      monitored=f"global_recall@{max(config.ks)}",
+      export=lambda model, directory: export.export_model(model, model_config,
+                                                          directory))
+
+
 def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: str,
                     embedding_dim: int = 16,
                     progress: Optional[bool] = None) -> Dict[str, Any]:
   """FedAvg or FedSGD of the dual encoder on a MovieLens task (`run_federated`)."""
   model_config = model_config_for(task, config, embedding_dim)
   setting = setting_name(task, config)
-  splits = {"validation": task.federated_val, "test": task.federated_test}
   job = FederatedJob(
       name=f"{setting} {config.objective.loss}",
       run_config={"setting": setting, "task": task.config.describe(),
@@ -280,13 +295,7 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
       build_process=lambda: fedavg.build_learning_process(
           fedavg.retrieval_model_fn(model_config, config.objective, seed=config.seed),
           config),
-      clients=client_data.ClientDatasets.from_examples(task.federated_train),
-      build_server_model=lambda: dual_encoder.build_dual_encoder(model_config),
-      evaluate=lambda model, split: retrieval_evaluation.evaluate(
-          model, splits[split], config.ks, config.batch_size),
-      monitored=f"global_recall@{max(config.ks)}",
-      export=lambda model, directory: export.export_model(model, model_config,
-                                                          directory),
+      **movielens_job_parts(task, model_config, config),
       results={"setting": setting, "loss": config.objective.loss,
                "algorithm": config.algorithm},
       round_metrics=dict(zip(("bytes_down_per_client", "bytes_up_per_client"),

@@ -21,16 +21,12 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
-from fed_retrieval import export
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms.fedss import FedSSConfig
-from fed_retrieval.evaluation import retrieval_evaluation
-from fed_retrieval.models import dual_encoder
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training.federated_loop import FederatedConfig
-from tasks import client_data
 from tasks.movielens.movielens_task import MovieLensTask
 from tasks.movielens.sequence_examples import Examples
 
@@ -61,7 +57,6 @@ def train_sampled_softmax(task: MovieLensTask, loop: FederatedConfig,
   down, up = fedss.bytes_per_client([], vocabulary, dim, algorithm)
   real_keys = (np.full(len(touched), vocabulary) if algorithm.algorithm == "full_softmax"
                else touched + algorithm.negatives)
-  splits = {"validation": task.federated_val, "test": task.federated_test}
   setting = f"federated_{algorithm.algorithm}"
   job = federated_loop.FederatedJob(
       name=f"{setting} {LOSS}",
@@ -71,13 +66,7 @@ def train_sampled_softmax(task: MovieLensTask, loop: FederatedConfig,
                   "algorithm": dataclasses.asdict(algorithm)},
       build_process=lambda: fedss.build_movielens_process(
           model_config, algorithm, objective_config.temperature, loop.seed),
-      clients=client_data.ClientDatasets.from_examples(task.federated_train),
-      build_server_model=lambda: dual_encoder.build_dual_encoder(model_config),
-      evaluate=lambda model, split: retrieval_evaluation.evaluate(
-          model, splits[split], loop.ks, loop.batch_size),
-      monitored=f"global_recall@{max(loop.ks)}",
-      export=lambda model, directory: export.export_model(model, model_config,
-                                                          directory),
+      **federated_loop.movielens_job_parts(task, model_config, loop),
       results={"setting": setting, "loss": LOSS, "algorithm": algorithm.algorithm},
       round_metrics={"bytes_down_per_client": down, "bytes_up_per_client": up,
                      "mean_real_bytes_down_per_client":
