@@ -187,7 +187,8 @@ def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
             "| drop vs best centralized | trained on | MB down / up per client per "
             "round |")
   lines = [header, "|" + "---|" * 9]
-  percent = lambda v: "" if v is None or v == "" else f"{100 * v:.2f}%"
+  percent = lambda v: ("" if v is None or v == "" or math.isnan(v)
+                       else f"{100 * v:.2f}%")  # No centralized run: no drop.
   for row in rows:
     lines.append("| " + " | ".join([
         row["setting"], row["loss"], *(percent(row[k]) for k in RECALL_KEYS),
