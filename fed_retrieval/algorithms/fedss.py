@@ -101,14 +101,14 @@ def client_fingerprint(positive_ids: tf.Tensor) -> tf.Tensor:
 
 
 def sample_key_set(positive_ids: tf.Tensor, positive_slots: int, num_classes: int,
-                   num_negatives: int, round_seed: tf.Tensor, reserved_ids: Tuple[int, ...] = ()
-                   ) -> Tuple[tf.Tensor, tf.Tensor]:
+                   num_negatives: int, round_seed: tf.Tensor,
+                   reserved_ids: Tuple[int, ...] = ()) -> Tuple[tf.Tensor, tf.Tensor]:
   """(keys [P + N], is_real [P + N]) of one client.
 
   Keys: the distinct `positive_ids`, sorted (so the set does not depend on the
   order of the client's shuffled data) and padded to `positive_slots` by
-  repeating the first, then `num_negatives` distinct classes drawn uniformly from those
-  neither positive nor reserved (MovieLens: item 0, padding). The draw is
+  repeating the first, then `num_negatives` distinct classes drawn uniformly
+  from those neither positive nor reserved (MovieLens: item 0, padding). The draw is
   seeded by `round_seed` (seed, round) folded with the client's fingerprint.
   """
   distinct = tf.sort(tf.unique(tf.reshape(positive_ids, [-1]))[0])
@@ -143,8 +143,7 @@ def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tens
     in_positive_slots = tf.range(tf.shape(is_real)[0]) < slots
     is_positive = is_real & in_positive_slots
     is_negative = is_real & ~in_positive_slots
-  logits = scale * scoring.candidate_scores(queries, scoring.l2_normalize(rows),
-                                            tf.range(tf.shape(rows)[0]))
+  logits = scale * tf.matmul(queries, scoring.l2_normalize(rows), transpose_b=True)
   mask = sampled_softmax.candidate_mask(label_positions, is_positive, is_negative,
                                         config.candidate_set)
   log_q = None
@@ -153,19 +152,6 @@ def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tens
         is_negative, config.negatives, num_classes,
         tf.reduce_sum(tf.cast(is_positive, tf.int32)))
   return sampled_softmax.candidate_softmax_loss(logits, label_positions, mask, log_q)
-
-
-def _client_keys(config: FedSSConfig, num_classes: int,
-                 reserved_ids: Tuple[int, ...] = ()):
-  """The key function of `sub_model.SubModelSpec` for positives from `positives_of`."""
-
-  def keys(positive_ids, round_seed):
-    if config.algorithm == "full_softmax":
-      return tf.range(num_classes), tf.ones([num_classes], tf.bool)
-    return sample_key_set(positive_ids, config.positives_per_client, num_classes,
-                          config.negatives, round_seed, reserved_ids)
-
-  return keys
 
 
 def bytes_per_client(tower_shapes, num_classes: int, dim: int,
@@ -180,7 +166,10 @@ def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
   """FedSS or a baseline on the XC classifier (tower + class table)."""
   num_classes = model_config.num_labels
   config.check_classes(num_classes)
-  keys = _client_keys(config, num_classes)
+
+  def client_keys(dataset, round_seed):
+    return sample_key_set(fedaws.dataset_labels(dataset), config.positives_per_client,
+                          num_classes, config.negatives, round_seed)
 
   def loss(tower, rows, keys, is_real, batch):
     (feature_ids, feature_values), labels = batch
@@ -193,8 +182,7 @@ def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
       initial_table=xc_encoder.initial_class_table(model_config, seed),
       batch_type=fedaws.xc_batch_type(max_features),
       num_keys=config.num_keys(num_classes),
-      client_keys=lambda dataset, round_seed: keys(fedaws.dataset_labels(dataset),
-                                                   round_seed),
+      client_keys=None if config.algorithm == "full_softmax" else client_keys,
       loss=loss,
       client_learning_rate=config.client_learning_rate,
       server_optimizer=config.server_optimizer,
@@ -226,13 +214,11 @@ def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
     raise ValueError("FedSS scores cosines: the dual encoder must normalize")
   num_items = model_config.vocabulary_size
   config.check_classes(num_items, reserved=1)
-  keys = _client_keys(config, num_items, reserved_ids=(0,))
 
   def client_keys(dataset, round_seed):
     items = _movielens_items(dataset)
-    if config.algorithm == "full_softmax":
-      return keys(items, round_seed)
-    return keys(tf.boolean_mask(items, items > 0), round_seed)
+    return sample_key_set(tf.boolean_mask(items, items > 0), config.positives_per_client,
+                          num_items, config.negatives, round_seed, reserved_ids=(0,))
 
   def loss(tower, rows, keys, is_real, batch):
     del tower
@@ -240,7 +226,7 @@ def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
     context_rows = tf.gather(rows, fedaws.positions_in(tf.reshape(context, [-1]), keys))
     context_rows = tf.reshape(context_rows, [tf.shape(context)[0], -1, tf.shape(rows)[1]])
     queries = scoring.l2_normalize(dual_encoder.MaskedMean()([context_rows, context]))
-    not_padding = is_real & (keys > 0)
+    not_padding = is_real & (keys > 0)  # Full softmax holds row 0, the padding.
     return candidate_loss(queries, rows, fedaws.positions_in(labels, keys), not_padding,
                           config, 1.0 / temperature, num_items)
 
@@ -252,7 +238,7 @@ def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
       batch_type=(tff.TensorType(np.int32, [None, model_config.max_context_length]),
                   tff.TensorType(np.int32, [None])),
       num_keys=config.num_keys(num_items),
-      client_keys=client_keys,
+      client_keys=None if config.algorithm == "full_softmax" else client_keys,
       loss=loss,
       client_learning_rate=config.client_learning_rate,
       server_optimizer=config.server_optimizer,

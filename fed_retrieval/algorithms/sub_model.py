@@ -52,7 +52,7 @@ class SubModelSpec:
   initial_table: np.ndarray
   batch_type: Any  # TFF type of one batch: (inputs, labels).
   num_keys: int
-  client_keys: ClientKeysFn
+  client_keys: Optional[ClientKeysFn]  # None with `whole_table`: every row.
   loss: ClientLossFn
   client_learning_rate: float
   server_optimizer: str = "adam"
@@ -69,6 +69,9 @@ class SubModelSpec:
     if self.whole_table and self.num_keys != len(self.initial_table):
       raise ValueError("whole_table: the key set is every row "
                        f"({len(self.initial_table)}), got {self.num_keys}")
+    if (self.client_keys is None) != self.whole_table:
+      raise ValueError("client_keys is needed exactly when clients select rows "
+                       "(not whole_table)")
 
 
 def bytes_per_client(tower_shapes: Sequence[Sequence[int]], num_keys: int, dim: int,
@@ -98,8 +101,6 @@ def _tensor_type(shape, dtype=np.float32) -> tff.TensorType:
 
 def sgd_step(weight: tf.Tensor, grad, learning_rate: float) -> tf.Tensor:
   """weight - learning_rate * grad, sparse for embedding rows (IndexedSlices)."""
-  if grad is None:
-    return weight
   if isinstance(grad, tf.IndexedSlices):
     return tf.tensor_scatter_nd_sub(weight, grad.indices[:, None],
                                     learning_rate * grad.values)
@@ -172,15 +173,21 @@ def build_sub_model_process(spec: SubModelSpec
   def initialize():
     return tff.federated_eval(initial_state, tff.SERVER)
 
-  @tff.tensorflow.computation(tf.int64)
-  def round_seed(round_num):
-    return tf.stack([tf.constant(spec.seed, tf.int64), round_num])
+  @tff.tensorflow.computation(state_type)
+  def round_seed(state):
+    """(seed, the round about to run), as the clients' key functions get it."""
+    return tf.stack([tf.constant(spec.seed, tf.int64), state["round"] + 1])
 
-  @tff.tensorflow.computation(data_type, _tensor_type([2], np.int64))
-  def keys_of(dataset, seed):
-    keys, is_real = spec.client_keys(dataset, seed)
-    return (tf.reshape(tf.cast(keys, tf.int32), [num_keys]),
-            tf.reshape(is_real, [num_keys]))
+  if spec.whole_table:
+    @tff.tensorflow.computation
+    def every_row():
+      return tf.range(num_rows), tf.ones([num_rows], tf.bool)
+  else:
+    @tff.tensorflow.computation(data_type, _tensor_type([2], np.int64))
+    def keys_of(dataset, seed):
+      keys, is_real = spec.client_keys(dataset, seed)
+      return (tf.reshape(tf.cast(keys, tf.int32), [num_keys]),
+              tf.reshape(is_real, [num_keys]))
 
   @tff.tensorflow.computation(table_type, _tensor_type([], np.int32))
   def select_row(table, key):
@@ -241,22 +248,19 @@ def build_sub_model_process(spec: SubModelSpec
     return {"client_work": {"train": {"loss": loss_sum / tf.maximum(count, 1.0),
                                       "num_examples": count}}}
 
-  @tff.tensorflow.computation(state_type)
-  def next_round(state):
-    return state["round"] + 1
-
   @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
                              tff.FederatedType(data_type, tff.CLIENTS))
   def next_fn(state, client_data):
-    seed = tff.federated_broadcast(
-        tff.federated_map(round_seed, tff.federated_map(next_round, state)))
-    keys_and_mask = tff.federated_map(keys_of, (client_data, seed))
-    keys, is_real = keys_and_mask[0], keys_and_mask[1]
-    if spec.whole_table:
+    if spec.whole_table:  # Every client holds every row: no keys to compute.
+      keys_and_mask = tff.federated_eval(every_row, tff.CLIENTS)
       rows = tff.federated_broadcast(state["table"])
     else:
-      rows = tff.federated_select(keys, tff.federated_value(num_rows, tff.SERVER),
+      seed = tff.federated_broadcast(tff.federated_map(round_seed, state))
+      keys_and_mask = tff.federated_map(keys_of, (client_data, seed))
+      rows = tff.federated_select(keys_and_mask[0],
+                                  tff.federated_value(num_rows, tff.SERVER),
                                   state["table"], select_row)
+    keys, is_real = keys_and_mask[0], keys_and_mask[1]
     tower = tff.federated_broadcast(state["tower"])
     tower_delta, row_delta, loss_sum, count = tff.federated_map(
         client_update, (tower, rows, keys, is_real, client_data))

@@ -111,19 +111,18 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
         embedding_dim)
     rows.append(_row("centralized", loss, central, output_dir))
     rows.extend(federated_rows)
+  if () not in tasks:  # No loss runs: the FedSS runs and the baseline need it.
+    tasks[()] = movielens_task.build_task(task_config)
   for algorithm in sampled_softmax_algorithms:
-    key = ()
-    if key not in tasks:
-      tasks[key] = movielens_task.build_task(task_config)
     with tff_runtime.local_execution_context():
       results = sampled_softmax_training.train_sampled_softmax(
-          tasks[key], federated,
+          tasks[()], federated,
           dataclasses.replace(fedss or FedSSConfig(), algorithm=algorithm),
           os.path.join(output_dir, f"federated_{algorithm}_global_softmax"),
           embedding_dim)
     rows.append(_row(f"federated_{algorithm}", sampled_softmax_training.LOSS, results,
                      output_dir))
-  task = tasks[()] if () in tasks else movielens_task.build_task(task_config)
+  task = tasks[()]
   popularity = retrieval_evaluation.evaluate(
       retrieval_evaluation.popularity_score_fn(task.federated_train,
                                                task.vocabulary_size),
