@@ -35,8 +35,19 @@ _NUM_CLIENTS = flags.DEFINE_integer(
     "num_clients", None, "XC --partition=dirichlet: number of clients.")
 _DIRICHLET_ALPHA = flags.DEFINE_float(
     "dirichlet_alpha", 0.1, "XC --partition=dirichlet: concentration (small: skewed).")
+_XC_LABEL_ASSIGNMENT = flags.DEFINE_enum(
+    "xc_label_assignment", None, list(xc_task.LABEL_ASSIGNMENTS),
+    "XC training examples: sample (one label a point, drawn: the FedAwS paper) or "
+    "all (a point goes to the client of every label it carries). Default: "
+    f"{xc_task.XCTaskConfig.label_assignment}; sample with --xc_class_split=disjoint.")
 _XC_MAX_FEATURES = flags.DEFINE_integer(
-    "xc_max_features", 64, "XC: a point keeps its largest feature values, this many.")
+    "xc_max_features", None, "XC: a point keeps its largest feature values, this "
+    "many (default: as many as the point with the most has; nothing is cut).")
+_XC_FEATURE_SCALING = flags.DEFINE_enum(
+    "xc_feature_scaling", xc_task.XCTaskConfig.feature_scaling,
+    list(xc_task.FEATURE_SCALINGS),
+    "XC: auto (log(1 + count) where the files hold raw counts; tf-idf and binary "
+    "values kept) or none.")
 _XC_VALIDATION_FRACTION = flags.DEFINE_float(
     "xc_validation_fraction", 0.2,
     "XC: fraction of the test points used for validation (early stopping); with "
@@ -107,7 +118,12 @@ def xc_task_config_from_flags() -> xc_task.XCTaskConfig:
       train_path=_XC_TRAIN_PATH.value, test_path=_XC_TEST_PATH.value,
       synthetic=_SYNTHETIC_XC.value, partition=_PARTITION.value,
       labels_per_client=_LABELS_PER_CLIENT.value, num_clients=_NUM_CLIENTS.value,
-      dirichlet_alpha=_DIRICHLET_ALPHA.value, max_features=_XC_MAX_FEATURES.value,
+      dirichlet_alpha=_DIRICHLET_ALPHA.value,
+      label_assignment=_XC_LABEL_ASSIGNMENT.value or (
+          "sample" if _XC_CLASS_SPLIT.value == "disjoint"
+          else xc_task.XCTaskConfig.label_assignment),
+      max_features=_XC_MAX_FEATURES.value,
+      feature_scaling=_XC_FEATURE_SCALING.value,
       validation_fraction=_XC_VALIDATION_FRACTION.value,
       class_split=_XC_CLASS_SPLIT.value,
       held_out_class_fraction=_XC_HELD_OUT_CLASS_FRACTION.value, seed=_DATA_SEED.value)

@@ -116,7 +116,7 @@ def test_positive_only_collapses_while_fedaws_spreads_out():
   for algorithm in ("positive_only", "fedaws"):
     process = fedaws.build_fedaws_process(
         model, FedAwSConfig(algorithm=algorithm, server_learning_rate=0.1),
-        task.config.max_features)
+        task.feature_width)
     state = process.initialize()
     for round_num in range(8):
       state = process.next(state, [task.clients.training_dataset(str(c), 16, 2, round_num)

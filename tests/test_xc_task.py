@@ -1,5 +1,7 @@
 """Label partitions, the synthetic XC generator and the XC task."""
 
+import os
+
 import numpy as np
 import pytest
 import scipy.sparse
@@ -79,15 +81,70 @@ def test_pad_features_keeps_the_largest_values_and_pads_with_zero():
 
 
 def test_xc_task_one_label_per_client_and_evaluation_keeps_all_labels():
-  task = xc_task.build_xc_task(xc_task.XCTaskConfig(synthetic="xc_tiny"))
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(synthetic="xc_tiny",
+                                                    label_assignment="sample"))
   assert len(task.clients.client_ids) == task.num_labels
   assert task.max_labels_per_client() == 1
+  assert len(task.example_labels) == len(task.train)  # One example a point.
   for client in task.clients.client_ids[:20]:
-    assert set(task.train_labels[task.clients.points(client)]) == {int(client)}
+    assert set(task.example_labels[task.clients.points(client)]) == {int(client)}
   # Each training label is one of the point's true labels.
-  assert all(l in s for l, s in zip(task.train_labels, task.train.label_sets))
+  assert all(l in task.train.label_sets[p]
+             for p, l in zip(task.example_points, task.example_labels))
   assert len(task.validation) + len(task.test) == synthetic_xc.PRESETS["xc_tiny"].num_test
   assert np.mean([len(s) for s in task.test.label_sets]) > 1.5
+
+
+def write_small_xc_files(directory, train_lines, test_lines, num_features=6,
+                         num_labels=3):
+  paths = []
+  for name, lines in (("train.txt", train_lines), ("test.txt", test_lines)):
+    paths.append(os.path.join(directory, name))
+    with open(paths[-1], "w") as f:
+      f.write(f"{len(lines)} {num_features} {num_labels}\n" + "\n".join(lines) + "\n")
+  return paths
+
+
+def test_all_labels_puts_a_point_on_the_client_of_every_label_it_carries(tmp_path):
+  train, test = write_small_xc_files(
+      tmp_path, ["0,2 0:1 1:1", "1 2:1", "0,1,2 3:1 4:1 5:1", "2 0:1"],
+      ["0 1:1", "1 2:1", "2 3:1"])
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      train_path=train, test_path=test, label_assignment="all"))
+  pairs = sorted(zip(task.example_points.tolist(), task.example_labels.tolist()))
+  assert pairs == [(0, 0), (0, 2), (1, 1), (2, 0), (2, 1), (2, 2), (3, 2)]
+  held = {int(c): sorted(task.example_points[task.clients.points(c)].tolist())
+          for c in task.clients.client_ids}
+  assert held == {0: [0, 2], 1: [1, 2], 2: [0, 2, 3]}  # Client c: every point with c.
+  # The client's inputs are its points' features.
+  inputs = task.clients.training_dataset("2", batch_size=8).get_single_element()[0]
+  np.testing.assert_array_equal(inputs[0], task.train.feature_ids[[0, 2, 3]])
+  # The other assignment, for a centralized reference: one drawn label a point.
+  points, labels = task.training_examples("sample")
+  np.testing.assert_array_equal(points, np.arange(4))
+  assert all(l in task.train.label_sets[p] for p, l in zip(points, labels))
+
+
+def test_features_are_padded_to_the_widest_point_and_raw_counts_scaled(tmp_path):
+  train, test = write_small_xc_files(
+      tmp_path, ["0 0:3 1:1 2:7", "1 2:2"], ["0 1:1", "1 2:1 3:1 4:1 5:1"])
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(train_path=train, test_path=test))
+  assert task.feature_width == 4 and task.points_with_features_cut == 0
+  assert task.feature_scaling == "log1p"  # Whole numbers, some above 1: counts.
+  np.testing.assert_array_equal(task.train.feature_ids[0], [3, 1, 2, 0])  # Largest first.
+  np.testing.assert_allclose(task.train.feature_values[0],
+                             np.log1p([7, 3, 1, 0]), rtol=1e-6)
+  capped = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      train_path=train, test_path=test, max_features=2, feature_scaling="none"))
+  assert capped.feature_width == 2 and capped.points_with_features_cut == 2
+  np.testing.assert_allclose(capped.train.feature_values[0], [7, 3])
+  for values, scaling in (("0:1 1:1", "none"), ("0:0.25 1:0.5", "none")):
+    os.makedirs(tmp_path / scaling / values, exist_ok=True)  # Binary, tf-idf: kept.
+    kept = xc_task.build_xc_task(xc_task.XCTaskConfig(*write_small_xc_files(
+        tmp_path / scaling / values, ["0 " + values, "1 2:1"], ["0 1:1", "1 2:1"])))
+    assert kept.feature_scaling == scaling
+    np.testing.assert_allclose(sorted(kept.train.feature_values[0]),
+                               sorted(float(v.split(":")[1]) for v in values.split()))
 
 
 def test_xc_classifier_round_trips_through_keras_config():
@@ -105,9 +162,10 @@ def test_xc_classifier_round_trips_through_keras_config():
 
 def test_disjoint_class_split_holds_validation_and_test_classes_out_of_training():
   config = xc_task.XCTaskConfig(synthetic="xc_tiny", class_split="disjoint",
+                                label_assignment="sample",
                                 held_out_class_fraction=0.4, validation_fraction=0.25)
   task = xc_task.build_xc_task(config)
-  train = set(task.train_labels)
+  train = set(task.example_labels)
   validation = {s[0] for s in task.validation.label_sets}
   test = {s[0] for s in task.test.label_sets}
   assert not (train & validation or train & test or validation & test)
@@ -120,6 +178,27 @@ def test_disjoint_class_split_holds_validation_and_test_classes_out_of_training(
   assert len(task.train) + len(task.validation) + len(task.test) == (
       tiny.num_train + tiny.num_test - task.dropped_unlabeled)
   again = xc_task.build_xc_task(config)
-  np.testing.assert_array_equal(again.train_labels, task.train_labels)
+  np.testing.assert_array_equal(again.example_labels, task.example_labels)
   with pytest.raises(ValueError, match="--xc_class_split"):
     xc_task.XCTaskConfig(synthetic="xc_tiny", class_split="classes")
+  with pytest.raises(ValueError, match="--xc_label_assignment=sample"):
+    xc_task.XCTaskConfig(synthetic="xc_tiny", class_split="disjoint",
+                         label_assignment="all")
+
+
+def test_linear_tower_is_the_normalized_value_weighted_bag_mean():
+  config = xc_encoder.XCEncoderConfig(num_features=5, num_labels=3, bag_dim=4,
+                                      hidden_dims=(), embedding_dim=4,
+                                      dense_layers=False)
+  assert config.weight_shapes() == [(6, 4)]
+  model = xc_encoder.build_xc_classifier(config, seed=1)
+  bag = model.trainable_weights[0].numpy()
+  ids = np.array([[2, 5, 0], [1, 0, 0]], np.int32)
+  values = np.array([[0.3, 0.1, 0.9], [2.0, 0.0, 0.0]], np.float32)  # 0.9 pads.
+  mean = np.stack([(0.3 * bag[2] + 0.1 * bag[5]) / 0.4, bag[1]])
+  expected = mean / np.linalg.norm(mean, axis=1, keepdims=True)
+  np.testing.assert_allclose(xc_encoder.instance_tower(model)((ids, values)), expected,
+                             rtol=1e-5)
+  with pytest.raises(ValueError, match="without dense layers"):
+    xc_encoder.XCEncoderConfig(num_features=5, num_labels=3, bag_dim=4,
+                               hidden_dims=(2,), embedding_dim=4, dense_layers=False)

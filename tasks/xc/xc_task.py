@@ -1,9 +1,17 @@
 """An extreme-classification task: label-partitioned clients and evaluation points.
 
-Training is multi-class: each training point keeps one of its labels, drawn
-uniformly (seeded), as in the FedAwS paper; points without a label are left
-out. Evaluation keeps every true label of a point. The test file is split
-(seeded) into validation points (early stopping) and test points (reported).
+Training examples are (point, label) pairs, made from the labeled training
+points by `label_assignment`:
+- `sample`: each point keeps one of its labels, drawn uniformly (seeded), as
+  in the FedAwS paper (one example per point);
+- `all`: one example per label of the point, so a point goes to every client
+  whose label it carries (under one label per client, the client of label c
+  holds every point labeled c). Beyond the paper: it keeps the labels
+  `sample` throws away (Bibtex has 2.4 a point).
+The partition deals the examples to clients by their label. Points without a
+label are left out. Evaluation keeps every true label of a point. The test
+file is split (seeded) into validation points (early stopping) and test
+points (reported).
 
 `class_split="disjoint"` is the retrieval setting of paper 003 (Stanford
 Online Products): the points of both files are pooled, a seeded
@@ -11,13 +19,19 @@ Online Products): the points of both files are pooled, a seeded
 held out of training, and those classes are split into validation classes
 and test classes (`validation_fraction` of them); evaluation points keep that
 one label, and the metric is MAP@R among them.
-Features become fixed-width rows for the model: the `max_features` largest
-values of a point, ids shifted by one so that 0 pads (`PaddedPoints`).
+Features become fixed-width rows for the model, ids shifted by one so that 0
+pads (`PaddedPoints`). The width is the most features any point of the data
+has, so nothing is cut; a smaller `max_features` keeps each point's largest
+values, and the summary counts the points that lost some. Files of raw counts
+(every value a whole number, some above 1) get the usual sublinear term
+frequency, log(1 + count) (`feature_scaling="auto"`); tf-idf or binary values
+are kept. The tower then takes the value-weighted mean of the feature
+embeddings, which is the L1 normalization of each point.
 """
 
 import dataclasses
 import hashlib
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import scipy.sparse
@@ -29,6 +43,8 @@ from tasks.xc import xc_io
 
 
 CLASS_SPLITS = ("points", "disjoint")
+LABEL_ASSIGNMENTS = ("sample", "all")
+FEATURE_SCALINGS = ("auto", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +56,9 @@ class XCTaskConfig:
   labels_per_client: int = 5
   num_clients: Optional[int] = None
   dirichlet_alpha: float = 0.1
-  max_features: int = 64
+  label_assignment: str = "all"
+  max_features: Optional[int] = None  # None: the most features a point has.
+  feature_scaling: str = "auto"
   validation_fraction: float = 0.2
   class_split: str = "points"
   held_out_class_fraction: float = 0.5
@@ -58,8 +76,14 @@ class XCTaskConfig:
     if self.partition not in partitions.PARTITIONS:
       raise ValueError(f"--partition must be one of {', '.join(partitions.PARTITIONS)}"
                        f", got '{self.partition}'")
-    if self.max_features < 1:
+    if self.max_features is not None and self.max_features < 1:
       raise ValueError(f"--xc_max_features must be >= 1, got {self.max_features}")
+    if self.label_assignment not in LABEL_ASSIGNMENTS:
+      raise ValueError(f"--xc_label_assignment must be one of "
+                       f"{', '.join(LABEL_ASSIGNMENTS)}, got '{self.label_assignment}'")
+    if self.feature_scaling not in FEATURE_SCALINGS:
+      raise ValueError(f"--xc_feature_scaling must be one of "
+                       f"{', '.join(FEATURE_SCALINGS)}, got '{self.feature_scaling}'")
     if self.class_split not in CLASS_SPLITS:
       raise ValueError(f"--xc_class_split must be one of {', '.join(CLASS_SPLITS)}, "
                        f"got '{self.class_split}'")
@@ -69,6 +93,9 @@ class XCTaskConfig:
     if not 0 < self.validation_fraction < 1:
       raise ValueError("--xc_validation_fraction must be in (0, 1), got "
                        f"{self.validation_fraction}")
+    if self.class_split == "disjoint" and self.label_assignment == "all":
+      raise ValueError("--xc_class_split=disjoint evaluates one label a point: use "
+                       "--xc_label_assignment=sample")
 
   def describe(self) -> Dict[str, Any]:
     return dataclasses.asdict(self)
@@ -91,7 +118,8 @@ class PaddedPoints:
 
 def pad_features(features: scipy.sparse.csr_matrix, max_features: int
                  ) -> Tuple[np.ndarray, np.ndarray]:
-  """[N, max_features] ids (+1) and values of each row's largest |values|."""
+  """[N, max_features] ids (+1) and values of each row's largest |values|
+  (ties: the lower feature id first)."""
   features = features.tocsr()
   rows = np.repeat(np.arange(features.shape[0]), np.diff(features.indptr))
   order = np.lexsort((-np.abs(features.data), rows))
@@ -110,30 +138,57 @@ class XCTask:
   config: XCTaskConfig
   num_labels: int
   num_features: int
-  train_labels: np.ndarray  # The one training label of each training point.
-  train: PaddedPoints
-  clients: ClientDatasets
+  train: PaddedPoints  # The labeled training points, all their labels.
+  example_points: np.ndarray  # The training point (row of `train`) of each example.
+  example_labels: np.ndarray  # The label of each training example.
+  clients: ClientDatasets  # Examples dealt to clients by their label.
   validation: PaddedPoints
   test: PaddedPoints
   dropped_unlabeled: int
+  points_with_features_cut: int
+  feature_scaling: str  # What was applied: "log1p" (raw counts) or "none".
+
+  @property
+  def feature_width(self) -> int:
+    """Features per padded row: the batch shape the models are built for."""
+    return self.train.feature_ids.shape[1]
 
   def max_labels_per_client(self) -> int:
     """The most distinct training labels one client holds."""
-    return max(len(np.unique(self.train_labels[self.clients.points(c)]))
+    return max(len(np.unique(self.example_labels[self.clients.points(c)]))
                for c in self.clients.client_ids)
+
+  def training_examples(self, label_assignment: str) -> Tuple[np.ndarray, np.ndarray]:
+    """(point rows, labels) of the training examples under `label_assignment`
+    (the clients' own when it is the task's): what a centralized reference of
+    the same protocol trains on."""
+    if label_assignment == self.config.label_assignment:
+      return self.example_points, self.example_labels
+    return _examples(self.train.label_sets, label_assignment, self.config.seed)
 
   def summary(self) -> Dict[str, Any]:
     sizes = np.array([self.clients.num_examples(c) for c in self.clients.client_ids])
     return {"labels": self.num_labels, "features": self.num_features,
-            "train_points": len(self.train), "clients": len(sizes),
-            "median_points_per_client": float(np.median(sizes)),
+            "train_points": len(self.train), "train_examples": len(self.example_labels),
+            "clients": len(sizes), "median_examples_per_client": float(np.median(sizes)),
             "validation_points": len(self.validation), "test_points": len(self.test),
-            "unlabeled_points_left_out": self.dropped_unlabeled}
+            "unlabeled_points_left_out": self.dropped_unlabeled,
+            "feature_width": self.feature_width,
+            "points_with_features_cut": self.points_with_features_cut,
+            "feature_scaling": self.feature_scaling}
 
 
-def _single_labels(label_sets: List[np.ndarray], seed: int) -> np.ndarray:
-  rng = np.random.default_rng([seed, 1])
-  return np.array([s[rng.integers(len(s))] for s in label_sets], np.int64)
+def _examples(label_sets: Sequence[np.ndarray], label_assignment: str,
+              seed: int) -> Tuple[np.ndarray, np.ndarray]:
+  """(point of each example, its label): one drawn label a point, or all of them."""
+  if label_assignment == "sample":
+    rng = np.random.default_rng([seed, 1])
+    return (np.arange(len(label_sets)),
+            np.array([s[rng.integers(len(s))] for s in label_sets], np.int64))
+  counts = [len(s) for s in label_sets]
+  return (np.repeat(np.arange(len(label_sets)), counts),
+          np.concatenate([np.asarray(s, np.int64) for s in label_sets] +
+                         [np.zeros(0, np.int64)]))
 
 
 def _labeled(data: xc_io.XCData) -> Tuple[xc_io.XCData, int]:
@@ -142,9 +197,32 @@ def _labeled(data: xc_io.XCData) -> Tuple[xc_io.XCData, int]:
                        data.num_labels), int((~keep).sum()))
 
 
-def _padded(data: xc_io.XCData, max_features: int) -> PaddedPoints:
-  ids, values = pad_features(data.features, max_features)
-  return PaddedPoints(ids, values, data.labels)
+def _scaled(features: scipy.sparse.csr_matrix, scaling: str
+            ) -> Tuple[scipy.sparse.csr_matrix, str]:
+  """log(1 + count) when `auto` finds raw counts (whole numbers, some above 1)."""
+  values = features.data
+  counts = (len(values) and np.all(values == np.round(values)) and values.max() > 1
+            and values.min() >= 0)
+  if scaling == "none" or not counts:
+    return features, "none"
+  scaled = features.copy()
+  scaled.data = np.log1p(values).astype(np.float32)
+  return scaled, "log1p"
+
+
+def _padded_splits(config: XCTaskConfig, *features: scipy.sparse.csr_matrix
+                   ) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], int, str]:
+  """Each matrix as padded (ids, values) of one common width; the points cut
+  (only when `max_features` is below a point's count); the scaling applied."""
+  stacked, scaling = _scaled(scipy.sparse.vstack(features).tocsr(),
+                             config.feature_scaling)
+  per_point = np.diff(stacked.indptr)
+  most = max(int(per_point.max(initial=0)), 1)
+  width = most if config.max_features is None else config.max_features
+  ids, values = pad_features(stacked, width)
+  bounds = np.cumsum([0] + [f.shape[0] for f in features])
+  return ([(ids[a:b], values[a:b]) for a, b in zip(bounds[:-1], bounds[1:])],
+          int((per_point > width).sum()), scaling)
 
 
 def build_xc_task(config: XCTaskConfig) -> XCTask:
@@ -160,31 +238,38 @@ def build_xc_task(config: XCTaskConfig) -> XCTask:
   if config.class_split == "disjoint":
     return _disjoint_class_task(config, train_data, test_data,
                                 dropped_train + dropped_test)
-  labels = _single_labels(train_data.labels, config.seed)
-  train = _padded(train_data, config.max_features)
-  test = _padded(test_data, config.max_features)
+  (train_rows, test_rows), cut, scaling = _padded_splits(
+      config, train_data.features, test_data.features)
+  train = PaddedPoints(*train_rows, train_data.labels)
+  test = PaddedPoints(*test_rows, test_data.labels)
+  example_points, example_labels = _examples(train.label_sets, config.label_assignment,
+                                             config.seed)
   order = np.random.default_rng([config.seed, 2]).permutation(len(test))
   num_val = max(1, int(round(config.validation_fraction * len(test))))
-  return XCTask(config, train_data.num_labels, train_data.num_features, labels, train,
-                _clients(config, train, labels), test.subset(np.sort(order[:num_val])),
-                test.subset(np.sort(order[num_val:])), dropped_train + dropped_test)
+  return XCTask(config, train_data.num_labels, train_data.num_features, train,
+                example_points, example_labels,
+                _clients(config, train, example_points, example_labels),
+                test.subset(np.sort(order[:num_val])),
+                test.subset(np.sort(order[num_val:])), dropped_train + dropped_test,
+                cut, scaling)
 
 
-def _clients(config: XCTaskConfig, train: PaddedPoints,
-             labels: np.ndarray) -> ClientDatasets:
-  points = partitions.partition_points(
-      labels, config.partition, config.seed, config.labels_per_client,
+def _clients(config: XCTaskConfig, train: PaddedPoints, example_points: np.ndarray,
+             example_labels: np.ndarray) -> ClientDatasets:
+  clients = partitions.partition_points(
+      example_labels, config.partition, config.seed, config.labels_per_client,
       config.num_clients, config.dirichlet_alpha)
-  return ClientDatasets((train.feature_ids, train.feature_values),
-                        labels.astype(np.int32), {str(c): p for c, p in points.items()})
+  return ClientDatasets((train.feature_ids[example_points],
+                         train.feature_values[example_points]),
+                        example_labels.astype(np.int32),
+                        {str(c): p for c, p in clients.items()})
 
 
 def _disjoint_class_task(config: XCTaskConfig, train_data: xc_io.XCData,
                          test_data: xc_io.XCData, dropped: int) -> "XCTask":
   """Training on some classes, validation and test on other, disjoint ones."""
-  features = scipy.sparse.vstack([train_data.features, test_data.features]).tocsr()
-  labels = _single_labels(list(train_data.labels) + list(test_data.labels),
-                          config.seed)
+  _, labels = _examples(list(train_data.labels) + list(test_data.labels), "sample",
+                        config.seed)
   classes = np.unique(labels)
   rng = np.random.default_rng([config.seed, 3])
   held_out = rng.permutation(classes)[:int(round(config.held_out_class_fraction *
@@ -193,19 +278,23 @@ def _disjoint_class_task(config: XCTaskConfig, train_data: xc_io.XCData,
   if len(held_out) - num_val < 1:
     raise ValueError("--xc_class_split=disjoint: too few classes to hold out "
                      f"validation and test classes ({len(classes)} classes)")
-  ids, values = pad_features(features, config.max_features)
-  pooled = PaddedPoints(ids, values, [np.array([y]) for y in labels])
+  (rows,), cut, scaling = _padded_splits(
+      config, scipy.sparse.vstack([train_data.features, test_data.features]).tocsr())
+  pooled = PaddedPoints(*rows, [np.array([y]) for y in labels])
   train_rows = np.flatnonzero(~np.isin(labels, held_out))
   train = pooled.subset(train_rows)
-  return XCTask(config, train_data.num_labels, train_data.num_features,
-                labels[train_rows], train, _clients(config, train, labels[train_rows]),
+  examples = np.arange(len(train_rows))
+  return XCTask(config, train_data.num_labels, train_data.num_features, train,
+                examples, labels[train_rows],
+                _clients(config, train, examples, labels[train_rows]),
                 pooled.subset(np.flatnonzero(np.isin(labels, held_out[:num_val]))),
                 pooled.subset(np.flatnonzero(np.isin(labels, held_out[num_val:]))),
-                dropped)
+                dropped, cut, scaling)
 
 
 def fingerprint(task: XCTask) -> str:
-  """A short hash of the training labels and features (for run configs)."""
-  digest = hashlib.sha256(task.train_labels.tobytes())
+  """A short hash of the training examples and features (for run configs)."""
+  digest = hashlib.sha256(task.example_labels.tobytes())
+  digest.update(task.example_points.tobytes())
   digest.update(task.train.feature_ids.tobytes())
   return digest.hexdigest()[:12]
