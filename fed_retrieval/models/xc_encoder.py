@@ -2,7 +2,9 @@
 
 Instance tower: sparse features (fixed-width rows of ids + 1 and values, 0 =
 padding) -> embedding bag (value-weighted mean of the feature embeddings) ->
-Dense layers (ReLU between them) -> L2-normalized instance embedding.
+Dense layers (ReLU between them) -> L2-normalized instance embedding. With
+`dense_layers=False` the tower is the bag alone: a linear map of the
+L1-normalized features (`embedding_dim` is then the bag's).
 Class table: one row per class, L2-normalized when scoring. Logits are
 `logit_scale` times the cosine of instance and class embeddings.
 
@@ -28,16 +30,23 @@ class XCEncoderConfig:
   hidden_dims: Tuple[int, ...] = (128,)
   embedding_dim: int = 64
   logit_scale: float = 20.0
+  dense_layers: bool = True
 
   def __post_init__(self):
     for name in ("num_features", "num_labels", "bag_dim", "embedding_dim"):
       if getattr(self, name) < 1:
         raise ValueError(f"XC model: {name} must be >= 1, got {getattr(self, name)}")
+    if not self.dense_layers and (self.hidden_dims or
+                                  self.embedding_dim != self.bag_dim):
+      raise ValueError("XC model without dense layers: the embedding is the bag "
+                       "(no hidden_dims, embedding_dim == bag_dim)")
 
   def weight_shapes(self) -> List[Tuple[int, ...]]:
     """Shapes of the tower's weights, in `tower_forward` order."""
-    dims = (self.bag_dim,) + tuple(self.hidden_dims) + (self.embedding_dim,)
     shapes = [(self.num_features + 1, self.bag_dim)]
+    if not self.dense_layers:
+      return shapes
+    dims = (self.bag_dim,) + tuple(self.hidden_dims) + (self.embedding_dim,)
     for fan_in, fan_out in zip(dims[:-1], dims[1:]):
       shapes += [(fan_in, fan_out), (fan_out,)]
     return shapes
@@ -45,6 +54,9 @@ class XCEncoderConfig:
 
 # The paper's extreme-classification architecture: 512-dim bag, 1024-1024-512.
 PAPER_ARCHITECTURE = dict(bag_dim=512, hidden_dims=(1024, 1024), embedding_dim=512)
+# What the centralized references on Bibtex favour: the bag alone, 256-dim.
+LINEAR_ARCHITECTURE = dict(bag_dim=256, hidden_dims=(), embedding_dim=256,
+                           dense_layers=False)
 
 
 def initial_tower_weights(config: XCEncoderConfig, seed: int) -> List[np.ndarray]:
