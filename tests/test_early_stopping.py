@@ -40,13 +40,27 @@ def test_min_delta_ignores_small_improvements():
   assert stopping_round(rule, CURVE) == 35
 
 
+def test_smoothing_is_not_stopped_by_an_early_lucky_evaluation():
+  # A lucky 0.30 at round 10 (noise), then a steady rise to 0.29-0.31.
+  noisy = [(5, 0.10), (10, 0.30), (15, 0.18), (20, 0.22), (25, 0.24), (30, 0.26),
+           (35, 0.28), (40, 0.29), (45, 0.31), (50, 0.30)]
+  assert stopping_round(StoppingRule(patience=3), noisy) == 25  # Stopped by the spike.
+  rule = StoppingRule(patience=3, smoothing=3)
+  np.testing.assert_allclose([v for _, v in rule.smoothed(noisy)][:4],
+                             [0.10, 0.20, 0.58 / 3, 0.70 / 3])
+  assert stopping_round(rule, noisy) is None
+  assert rule.best(noisy)[0] == 50  # The last round of the best window (0.30).
+  np.testing.assert_allclose(rule.best(noisy)[1], 0.30)
+
+
 def test_no_patience_never_stops():
   assert stopping_round(StoppingRule(patience=None), CURVE) is None
   assert not StoppingRule(patience=2).should_stop([])
 
 
 @pytest.mark.parametrize("kwargs,message", [({"patience": 0}, "--patience must be >= 1"),
-                                            ({"min_delta": -1}, "--min_delta")])
+                                            ({"min_delta": -1}, "--min_delta"),
+                                            ({"smoothing": 0}, "--smoothing")])
 def test_bad_rules_name_the_flag(kwargs, message):
   with pytest.raises(ValueError, match=message):
     StoppingRule(**kwargs)

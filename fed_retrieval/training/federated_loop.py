@@ -75,6 +75,7 @@ class FederatedConfig:
   checkpoint_every: int = 5
   patience: int = 4
   min_delta: float = 0.01
+  smoothing: int = 1
   seed: int = 0
   ks: Tuple[int, ...] = (1, 5, 10)
 
@@ -91,7 +92,13 @@ def check_loop_settings(config) -> None:
                "eval_every", "checkpoint_every"):
     if getattr(config, name) < 1:
       raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
-  early_stopping.StoppingRule.from_flags(config.patience, config.min_delta)
+  stopping_rule(config)
+
+
+def stopping_rule(config) -> early_stopping.StoppingRule:
+  """The stopping rule of a run config (patience, min_delta, smoothing)."""
+  return early_stopping.StoppingRule.from_flags(config.patience, config.min_delta,
+                                                config.smoothing)
 
 
 def sample_clients(client_ids: Sequence[str], clients_per_round: int, seed: int,
@@ -178,7 +185,8 @@ def run_federated(job: FederatedJob, config, output_dir: str,
   """Trains (or resumes, or returns the finished run's results) and exports.
 
   `config` gives the loop's settings: rounds, clients_per_round, local_epochs,
-  batch_size, eval_every, checkpoint_every, patience, min_delta and seed.
+  batch_size, eval_every, checkpoint_every, patience, min_delta, smoothing and
+  seed.
   """
   finished = run_directory.open_run(output_dir, job.run_config)
   if finished is not None:
@@ -207,7 +215,7 @@ def run_federated(job: FederatedJob, config, output_dir: str,
   monitored = f"val_{job.monitored}"
   examples_seen, curve = _history_through(os.path.join(output_dir, "metrics.csv"),
                                           done_rounds, monitored)
-  rule = early_stopping.StoppingRule.from_flags(config.patience, config.min_delta)
+  rule = stopping_rule(config)
   best_weights = os.path.join(output_dir, BEST_WEIGHTS)
   latest_value = curve[-1][1] if curve else None
   trained_rounds = done_rounds
