@@ -19,8 +19,10 @@ bytes each client moves per round, and quality_vs_bytes.png.
       [--xc_train_path=TRAIN.txt --xc_test_path=TEST.txt] [--partition=...] \
       [--algorithms=fedaws,softmax_oracle] [--algorithms=fedss,neg_only,pos_only,\
       full_softmax --num_negatives=500]
-trains FedAwS, FedSS and their baselines on the same clients and writes
-results.csv (algorithm, precision@1/3/5, bytes per client), results.md,
+trains FedAwS, FedSS and their baselines on the same clients, and the same
+model centrally on one label a point and on all labels (the references;
+--nocentralized_references skips them), and writes results.csv (algorithm,
+precision@1/3/5, P@1 gaps to the references, bytes per client), results.md,
 precision_curves.png and quality_vs_bytes.png.
 
   python -m scripts.compare --task=pu --pu_data=digits --output_dir=runs/pu \
@@ -41,6 +43,7 @@ from fed_retrieval.reports import pu_comparison
 from fed_retrieval.reports import xc_comparison
 from fed_retrieval.training import federated_flags
 from fed_retrieval.training.centralized_loop import CentralizedConfig
+from fed_retrieval.training.xc_training import XCCentralizedConfig
 from losses import pu_risk
 from losses import registry
 from tasks import task_flags
@@ -56,15 +59,23 @@ _INCLUDE_SHUFFLED = flags.DEFINE_bool(
     "include_shuffled", False, "Also train the IID 'federated shuffled' control.")
 _INCLUDE_FEDSGD = flags.DEFINE_bool(
     "include_fedsgd", False, "Also train the FedSGD control (one step per round).")
+_XC_CENTRALIZED = XCCentralizedConfig()
 _CENTRALIZED_OPTIMIZER = flags.DEFINE_string("centralized_optimizer", "adam",
                                              "Optimizer of the centralized runs.")
 _CENTRALIZED_LEARNING_RATE = flags.DEFINE_float(
-    "centralized_learning_rate", 0.01, "Learning rate of the centralized runs.")
+    "centralized_learning_rate", 0.01, "Learning rate of the centralized runs "
+    f"(--task=xc: {_XC_CENTRALIZED.learning_rate}).")
 _CENTRALIZED_MAX_EPOCHS = flags.DEFINE_integer(
-    "centralized_max_epochs", 10, "Cap of the converged centralized runs (passes).")
+    "centralized_max_epochs", 10, "Cap of the converged centralized runs (passes; "
+    f"--task=xc: {_XC_CENTRALIZED.epochs}).")
 _CENTRALIZED_EVAL_EVERY_STEPS = flags.DEFINE_integer(
     "centralized_eval_every_steps", 10_000,
-    "Validation evaluation of the centralized runs every N batches.")
+    "Validation evaluation of the centralized runs every N batches (--task=xc: "
+    "once a pass).")
+_CENTRALIZED_REFERENCES = flags.DEFINE_bool(
+    "centralized_references", True,
+    "--task=xc: also train the centralized references (full softmax on one label a "
+    "point and on all labels).")
 _ALGORITHMS = flags.DEFINE_list(
     "algorithms", None,
     "--task=xc: the algorithms to compare (default: FedAwS's "
@@ -84,9 +95,19 @@ def compare_pu() -> None:
 
 
 def compare_xc() -> None:
+  federated = federated_flags.xc_federated_config_from_flags()
+  centralized = XCCentralizedConfig(
+      optimizer=_CENTRALIZED_OPTIMIZER.value,
+      learning_rate=federated_flags.given(_CENTRALIZED_LEARNING_RATE,
+                                          _XC_CENTRALIZED.learning_rate),
+      epochs=federated_flags.given(_CENTRALIZED_MAX_EPOCHS, _XC_CENTRALIZED.epochs),
+      eval_every_steps=federated_flags.given(_CENTRALIZED_EVAL_EVERY_STEPS, None),
+      patience=federated.patience, min_delta=federated.min_delta,
+      smoothing=federated.smoothing, seed=federated.seed)
   rows = xc_comparison.run_xc_comparison(
       task_flags.xc_task_config_from_flags(), _ALGORITHMS.value or fedaws.ALGORITHMS,
-      federated_flags.xc_federated_config_from_flags(), model_flags.OUTPUT_DIR.value)
+      federated, model_flags.OUTPUT_DIR.value,
+      centralized if _CENTRALIZED_REFERENCES.value else None)
   print(xc_comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from tasks.xc import synthetic_xc
 from tasks.xc import xc_io
@@ -27,25 +28,31 @@ def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):
   xc_io.write_xc_file(test, os.path.join(tmp_path, "test.txt"))
   result = run("scripts.compare", *QUICK, f"--xc_train_path={tmp_path}/train.txt",
                f"--xc_test_path={tmp_path}/test.txt", "--partition=one_label_per_client",
-               "--algorithms=fedaws,softmax_oracle", f"--output_dir={tmp_path}/out")
+               "--algorithms=fedaws,softmax_oracle", "--centralized_max_epochs=1",
+               f"--output_dir={tmp_path}/out")
   assert result.returncode == 0, result.stderr[-3000:]
   with open(os.path.join(tmp_path, "out", "results.csv")) as f:
     rows = list(csv.DictReader(f))
-  assert [r["algorithm"] for r in rows] == ["fedaws", "softmax_oracle",
-                                            "most_frequent_labels"]
+  assert [r["algorithm"] for r in rows] == [
+      "centralized_one_label", "centralized_all_labels", "fedaws", "softmax_oracle",
+      "most_frequent_labels"]
   for row in rows:
     assert 0.0 <= float(row["precision@1"]) <= 1.0
-  fedaws_down, oracle_down = (int(r["bytes_down_per_client"]) for r in rows[:2])
-  # The oracle sends the whole 200 x 64 class table, FedAwS one row.
-  assert oracle_down - fedaws_down == 4 * (200 - 1) * 64
-  assert rows[0]["rounds"] == "4"
-  assert "| fedaws |" in result.stdout
+  fedaws_down, oracle_down = (int(r["bytes_down_per_client"]) for r in rows[2:4])
+  # The oracle sends the whole 200 x 256 class table, FedAwS one row.
+  assert oracle_down - fedaws_down == 4 * (200 - 1) * 256
+  assert rows[2]["rounds"] == "4"
+  # Gaps to the references: the clients hold all labels by default.
+  fedaws, all_labels = float(rows[2]["precision@1"]), float(rows[1]["precision@1"])
+  assert float(rows[2]["p@1_gap_to_centralized_same_labels"]) == pytest.approx(
+      fedaws - all_labels)
+  assert "| fedaws |" in result.stdout and "| centralized_all_labels |" in result.stdout
   with open(os.path.join(tmp_path, "out", "precision_curves.png"), "rb") as f:
     assert f.read(4) == b"\x89PNG"
   # Re-running returns the finished runs' results without training.
   again = run("scripts.compare", *QUICK, f"--xc_train_path={tmp_path}/train.txt",
               f"--xc_test_path={tmp_path}/test.txt", "--algorithms=fedaws,softmax_oracle",
-              f"--output_dir={tmp_path}/out")
+              "--centralized_max_epochs=1", f"--output_dir={tmp_path}/out")
   assert again.returncode == 0 and again.stdout == result.stdout
 
 
@@ -58,7 +65,7 @@ def test_train_federated_exports_a_classifier_that_scores_like_the_server(tmp_pa
   assert results["algorithm"] == "fedaws" and results["partition"] == "k_labels_per_client"
   export_dir = os.path.join(tmp_path, "run", "export")
   table = np.load(os.path.join(export_dir, "class_embeddings.npy"))
-  assert table.shape == (200, 64)
+  assert table.shape == (200, 256)
   np.testing.assert_allclose(np.linalg.norm(table, axis=1), 1.0, rtol=1e-5)
 
 

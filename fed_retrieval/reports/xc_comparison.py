@@ -1,18 +1,28 @@
-"""FedAwS, FedSS and their baselines on one XC task (papers 000 and 003).
+"""FedAwS, FedSS and their baselines on one XC task (papers 000 and 003),
+read against centralized references and a trivial baseline.
 
 Every algorithm is trained with the shared loop (converged by validation
 precision@1, or a fixed --rounds with patience 0) on the same clients, and
-tested on the same points. Reports: `results.csv` (one row per algorithm, and
-a `most_frequent_labels` reference: the same 5 most frequent training labels
-for every point), `results.md` (P@1/3/5 and bytes per client per round) and
-`precision_curves.png` (validation P@1 against rounds) and
-`quality_vs_bytes.png` (test P@1 against MB per client per round).
+tested on the same points. Beside them, the centralized references
+(`xc_training.train_xc_centralized`): the same tower and class table trained
+with full softmax on the pooled examples of one label a point
+(`centralized_one_label`, the FedAwS paper's protocol) and of every label
+(`centralized_all_labels`), each until the same stopping rule ends it. Each
+federated row carries its P@1 gap to the reference of its clients' label
+assignment and to the best reference.
+Reports: `results.csv` (one row per run, and `most_frequent_labels`: the 5
+labels most frequent among *all* training labels, the same for every point),
+`results.md` (P@1/3/5, or MAP@R among held-out classes; gaps; bytes per
+client per round; examples trained on), `precision_curves.png` (validation
+P@1 against examples trained on) and `quality_vs_bytes.png` (test P@1
+against MB per client per round).
 """
 
 import csv
 import dataclasses
+import math
 import os
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import matplotlib
 matplotlib.use("Agg")
@@ -25,29 +35,41 @@ from fed_retrieval.reports import result_files
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import run_directory
 from fed_retrieval.training import xc_training
+from fed_retrieval.training.xc_training import XCCentralizedConfig
 from fed_retrieval.training.xc_training import XCFederatedConfig
 from tasks.xc import xc_task
 
 CSV_COLUMNS = ("algorithm", "precision@1", "precision@3", "precision@5", "recall@5",
-               "map@r", "bytes_down_per_client", "bytes_up_per_client", "rounds",
-               "best_round", "examples_seen")
-RUN_COLUMNS = CSV_COLUMNS[6:]
+               "map@r", "recall@1", "p@1_gap_to_centralized_same_labels",
+               "p@1_gap_to_best_centralized", "bytes_down_per_client",
+               "bytes_up_per_client", "rounds", "best_round", "steps", "best_step",
+               "examples_seen")
+RUN_COLUMNS = ("bytes_down_per_client", "bytes_up_per_client", "rounds", "best_round",
+               "steps", "best_step", "examples_seen")
 REFERENCE = "most_frequent_labels"
 
 
 def most_frequent_labels_reference(task: xc_task.XCTask,
                                    ks: Sequence[int]) -> Dict[str, float]:
-  """P@k of predicting the most frequent training labels for every test point."""
-  top = np.argsort(-np.bincount(task.train_labels, minlength=task.num_labels),
-                   kind="stable")[:max(ks)]
+  """P@k of predicting, for every test point, the labels most frequent among
+  all labels of the training points (not only the ones the clients keep)."""
+  counts = np.bincount(np.concatenate(task.train.label_sets), minlength=task.num_labels)
+  top = np.argsort(-counts, kind="stable")[:max(ks)]
   return classification_metrics.precision_recall_at_k(
       np.tile(top, (len(task.test), 1)), task.test.label_sets, ks)
 
 
+def _row(name: str, results: Dict[str, Any], run_dir: str) -> Dict[str, Any]:
+  return {"algorithm": name, **results["test"],
+          **{k: results[k] for k in RUN_COLUMNS if k in results}, "run_dir": run_dir}
+
+
 def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[str],
-                      config: XCFederatedConfig, output_dir: str
+                      config: XCFederatedConfig, output_dir: str,
+                      centralized: Optional[XCCentralizedConfig] = None
                       ) -> List[Dict[str, Any]]:
-  """Runs (or resumes) each algorithm; one row per algorithm plus the reference."""
+  """Runs (or resumes) the centralized references (unless `centralized` is
+  None) and each algorithm; one row per run plus the trivial baseline."""
   for algorithm in algorithms:
     if algorithm not in xc_training.ALGORITHMS:
       raise ValueError(f"--algorithms: '{algorithm}' is not one of "
@@ -55,17 +77,38 @@ def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[st
   run_directory.lock_run_directory(output_dir)
   task = xc_task.build_xc_task(task_config)
   rows = []
+  assignments = (xc_task.LABEL_ASSIGNMENTS
+                 if centralized and task_config.class_split == "points" else ())
+  for assignment in assignments:  # Unseen test classes: no softmax reference.
+    name = xc_training.CENTRALIZED_SETTINGS[assignment]
+    results = xc_training.train_xc_centralized(
+        task, config, dataclasses.replace(centralized, label_assignment=assignment),
+        os.path.join(output_dir, name))
+    rows.append(_row(name, results, os.path.join(output_dir, name)))
   for algorithm in algorithms:
     run_config = dataclasses.replace(config, algorithm=algorithm)
     with tff_runtime.local_execution_context():
       results = xc_training.train_xc_federated(
           task, run_config, os.path.join(output_dir, algorithm))
-    rows.append({"algorithm": algorithm, **results["test"],
-                 **{k: results[k] for k in RUN_COLUMNS},
-                 "run_dir": os.path.join(output_dir, algorithm)})
+    rows.append(_row(algorithm, results, os.path.join(output_dir, algorithm)))
   if task_config.class_split == "points":  # Unseen test classes have no frequency.
     rows.append({"algorithm": REFERENCE,
                  **most_frequent_labels_reference(task, config.ks)})
+  return with_gaps(rows, xc_training.CENTRALIZED_SETTINGS[task_config.label_assignment])
+
+
+def with_gaps(rows: List[Dict[str, Any]], same_labels: str) -> List[Dict[str, Any]]:
+  """Adds to each federated row its P@1 minus the centralized references'
+  (the one named `same_labels`, and the best), in points of a fraction."""
+  central = {r["algorithm"]: r["precision@1"] for r in rows
+             if r["algorithm"] in xc_training.CENTRALIZED_SETTINGS.values()}
+  if not central:
+    return rows
+  for row in rows:
+    if row["algorithm"] in xc_training.ALGORITHMS:
+      row["p@1_gap_to_centralized_same_labels"] = (
+          row["precision@1"] - central.get(same_labels, math.nan))
+      row["p@1_gap_to_best_centralized"] = row["precision@1"] - max(central.values())
   return rows
 
 
@@ -74,38 +117,60 @@ def quality_metric(rows: Sequence[Dict[str, Any]]) -> str:
   return "precision@1" if "precision@1" in rows[0] else "map@r"
 
 
+def _trained_on(row: Dict[str, Any]) -> str:
+  """'11.6k ex, 150 rounds (best 135)' or '... 3000 steps (best 2400)'."""
+  if "examples_seen" not in row:
+    return ""
+  text = f"{row['examples_seen'] / 1e3:.1f}k ex"
+  if "rounds" in row:
+    return text + f", {row['rounds']} rounds (best {row['best_round']})"
+  return text + f", {row['steps']} steps (best {row['best_step']})"
+
+
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
-  lines = ["| algorithm | P@1 | P@3 | P@5 | MAP@R | MB down / client / round | "
-           "MB up / client / round | rounds (best) |", "|" + "---|" * 8]
-  percent = lambda v: "" if v is None else f"{100 * v:.2f}"
+  metrics = ((("precision@1", "P@1"), ("precision@3", "P@3"), ("precision@5", "P@5"))
+             if quality_metric(rows) == "precision@1"
+             else (("map@r", "MAP@R"), ("recall@1", "R@1")))
+  gaps = any("p@1_gap_to_best_centralized" in row for row in rows)
+  header = ["algorithm", *(title for _, title in metrics)]
+  if gaps:
+    header += ["P@1 vs centralized, same labels", "P@1 vs best centralized"]
+  header += ["MB down / client / round", "MB up / client / round", "trained on"]
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  percent = lambda v: "" if v is None or math.isnan(v) else f"{100 * v:.2f}"
+  signed = lambda v: "" if v is None or math.isnan(v) else f"{100 * v:+.2f}"
   for row in rows:
-    lines.append("| " + " | ".join([
-        row["algorithm"], *(percent(row.get(f"precision@{k}")) for k in (1, 3, 5)),
-        percent(row.get("map@r")),
-        communication.megabytes(row.get("bytes_down_per_client")),
-        communication.megabytes(row.get("bytes_up_per_client")),
-        f"{row['rounds']} ({row['best_round']})" if "rounds" in row else ""]) + " |")
+    cells = [row["algorithm"], *(percent(row.get(key)) for key, _ in metrics)]
+    if gaps:
+      cells += [signed(row.get("p@1_gap_to_centralized_same_labels")),
+                signed(row.get("p@1_gap_to_best_centralized"))]
+    cells += [communication.megabytes(row.get("bytes_down_per_client")),
+              communication.megabytes(row.get("bytes_up_per_client")), _trained_on(row)]
+    lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 
 def plot_precision_curves(rows: Sequence[Dict[str, Any]], path: str) -> None:
-  """Validation precision@1 (or MAP@R) of every run against rounds."""
+  """Validation P@1 (or MAP@R) of every run against the examples it had
+  trained on: federated solid, centralized dashed, the baseline dash-dotted."""
   metric = quality_metric(rows)
   figure, axes = plt.subplots(figsize=(8, 5))
   for row in rows:
     if "run_dir" not in row:
-      axes.axhline(row[metric], linestyle="-.", color="black",
+      axes.axhline(100 * row[metric], linestyle="-.", color="black",
                    label=f"{row['algorithm']} (test)")
       continue
     with open(os.path.join(row["run_dir"], "metrics.csv")) as f:
-      points = [(int(r["round"]), float(r[f"val_{metric}"])) for r in csv.DictReader(f)
-                if r.get(f"val_{metric}")]
-    axes.plot(*zip(*points), marker="o", markersize=2, label=row["algorithm"])
-  axes.set_xlabel("round")
-  axes.set_ylabel(f"{metric} (validation points)")
-  axes.set_title("FedAwS, FedSS and baselines")
+      points = [(float(r["examples_seen"]) / 1e3, 100 * float(r[f"val_{metric}"]))
+                for r in csv.DictReader(f) if r.get(f"val_{metric}")]
+    style = "--" if row["algorithm"].startswith("centralized") else "-"
+    axes.plot(*zip(*points), style, marker="o", markersize=2, label=row["algorithm"])
+  axes.set_xscale("log")
+  axes.set_xlabel("training examples seen (thousands)")
+  axes.set_ylabel(f"{metric} (%, validation points)")
+  axes.set_title("FedAwS, FedSS and baselines against centralized references")
   axes.legend(fontsize=8)
-  axes.grid(alpha=0.3)
+  axes.grid(alpha=0.3, which="both")
   figure.tight_layout()
   figure.savefig(path, dpi=120)
   plt.close(figure)
@@ -116,6 +181,7 @@ def write_reports(rows: Sequence[Dict[str, Any]], output_dir: str) -> str:
   result_files.write_results(rows, CSV_COLUMNS, table, output_dir)
   plot_precision_curves(rows, os.path.join(output_dir, "precision_curves.png"))
   communication.plot_quality_vs_bytes(
-      [r for r in rows if "run_dir" in r], lambda r: r["algorithm"], quality_metric(rows),
+      [r for r in rows if r.get("bytes_down_per_client") is not None],
+      lambda r: r["algorithm"], quality_metric(rows),
       os.path.join(output_dir, "quality_vs_bytes.png"))
   return table

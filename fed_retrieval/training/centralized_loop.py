@@ -1,4 +1,8 @@
-"""Centralized training of the dual encoder with Keras `fit`, resumable.
+"""Centralized training with Keras `fit`, resumable: one loop for every task.
+
+`run_centralized` trains a `CentralizedJob` (a model, its loss, its training
+batches, how to evaluate and export it); `train_centralized` is the MovieLens
+dual encoder's job, and `xc_training.train_xc_centralized` the XC classifier's.
 
 The output directory holds `run_config.json`, `metrics.csv` and `tensorboard/`
 (training loss and validation recall at every evaluation), `backup/` (Keras
@@ -152,44 +156,50 @@ class ValidationAndStopping(tf.keras.callbacks.Callback):
       self.model.stop_training = True
 
 
-def train_centralized(task: MovieLensTask, config: CentralizedConfig,
-                      output_dir: str, embedding_dim: int = 16) -> Dict[str, Any]:
-  """Trains (or resumes, or returns the finished run's results) and exports."""
-  objective = config.objective.build()
-  model_config = model_config_for(task, objective, embedding_dim)
-  run_config = {"setting": "centralized", "task": task.config.describe(),
-                "model": dataclasses.asdict(model_config),
-                "training": dataclasses.asdict(config)}
-  finished = run_directory.open_run(output_dir, run_config)
+@dataclasses.dataclass
+class CentralizedJob:
+  """One model trained centrally, as the loop sees it (the counterpart of
+  `federated_loop.FederatedJob`): the loop never asks which task it runs."""
+  name: str
+  run_config: Dict[str, Any]
+  build_model: Callable[[], tf.keras.Model]  # Uncompiled.
+  loss: Any  # A Keras loss.
+  train_data: Callable[[], tf.data.Dataset]  # Batches, shuffled, repeated forever.
+  num_examples: int  # One pass.
+  evaluate: Callable[[tf.keras.Model, str], Dict[str, float]]  # "validation"/"test".
+  monitored: str  # The key of `evaluate`'s metrics the stopping rule watches.
+  export: Callable[[tf.keras.Model, str], None]
+  results: Dict[str, Any]  # Added to results.json.
+  # Trivial baselines on the test split, added to results.json after training.
+  baselines: Callable[[], Dict[str, Any]] = dict
+
+
+def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, Any]:
+  """Trains (or resumes, or returns the finished run's results) and exports.
+
+  `config` gives the loop's settings: batch_size, epochs, steps,
+  eval_every_steps, stopping_rule, optimizer, learning_rate,
+  steps_per_execution and seed.
+  """
+  finished = run_directory.open_run(output_dir, job.run_config)
   if finished is not None:
     return finished
-
-  if config.split == "example":
-    # No validation users: the curve is drawn on the test split, and with
-    # patience 0 (enforced by the config) it never picks the model.
-    train, curve, test = (task.centralized_train, task.centralized_test,
-                          task.centralized_test)
-  else:
-    train, curve, test = task.federated_train, task.federated_val, task.federated_test
-  epochs, steps_per_epoch = training_schedule(len(train), config.batch_size,
+  epochs, steps_per_epoch = training_schedule(job.num_examples, config.batch_size,
                                               config.epochs, config.steps,
                                               config.eval_every_steps)
   tf.keras.utils.set_random_seed(config.seed)
-  model = dual_encoder.build_dual_encoder(model_config, seed=config.seed)
-  # No metrics in `fit`: recall over the whole vocabulary on every training
-  # batch would cost more than the training step; the callback evaluates
-  # whole splits instead.
+  model = job.build_model()
+  # No metrics in `fit`: a metric over the whole vocabulary (or class table) on
+  # every training batch would cost more than the training step; the callback
+  # evaluates whole splits instead.
   model.compile(optimizer=optimizers.keras_optimizer(config.optimizer,
                                                      config.learning_rate),
-                loss=objective.loss, steps_per_execution=config.steps_per_execution)
-  train_data = client_data.centralized_dataset(
-      train, config.batch_size, shuffle_seed=config.seed, epochs=1).repeat()
+                loss=job.loss, steps_per_execution=config.steps_per_execution)
   metrics_path = os.path.join(output_dir, "metrics.csv")
   validation = ValidationAndStopping(
-      lambda m: retrieval_evaluation.evaluate(m, curve, config.ks, config.batch_size),
-      config.stopping_rule, f"val_global_recall@{max(config.ks)}", steps_per_epoch,
-      config.batch_size, os.path.join(output_dir, BEST_WEIGHTS), metrics_path,
-      f"centralized {config.objective.loss}")
+      lambda m: job.evaluate(m, "validation"), config.stopping_rule,
+      f"val_{job.monitored}", steps_per_epoch, config.batch_size,
+      os.path.join(output_dir, BEST_WEIGHTS), metrics_path, job.name)
   callbacks = [
       tf.keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")),
       validation,
@@ -197,25 +207,57 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
       tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "tensorboard"),
                                      write_graph=False),
   ]
-  model.fit(train_data, epochs=epochs, steps_per_epoch=steps_per_epoch,
+  model.fit(job.train_data(), epochs=epochs, steps_per_epoch=steps_per_epoch,
             callbacks=callbacks, verbose=0)
   trained_steps, best_step = validation.curve[-1][0], validation.curve[-1][0]
   if config.stopping_rule.patience:
     best_step = config.stopping_rule.best(validation.curve)[0]
     model.load_weights(os.path.join(output_dir, BEST_WEIGHTS))
   model.save_weights(os.path.join(output_dir, CHECKPOINT))
-  export.export_model(model, model_config, os.path.join(output_dir, "export"))
-
+  job.export(model, os.path.join(output_dir, "export"))
   results = {
-      "setting": "centralized",
-      "loss": config.objective.loss,
+      **job.results,
       "steps": trained_steps,
       "best_step": best_step,
       "examples_seen": trained_steps * config.batch_size,
-      "test": retrieval_evaluation.evaluate(model, test, config.ks, config.batch_size),
-      "most_popular_baseline": retrieval_evaluation.evaluate(
-          retrieval_evaluation.popularity_score_fn(train, task.vocabulary_size), test,
-          config.ks, config.batch_size),
+      "test": job.evaluate(model, "test"),
+      **job.baselines(),
   }
   run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)
   return results
+
+
+def train_centralized(task: MovieLensTask, config: CentralizedConfig,
+                      output_dir: str, embedding_dim: int = 16) -> Dict[str, Any]:
+  """The dual encoder on a MovieLens task, trained with `run_centralized`."""
+  objective = config.objective.build()
+  model_config = model_config_for(task, objective, embedding_dim)
+  if config.split == "example":
+    # No validation users: the curve is drawn on the test split, and with
+    # patience 0 (enforced by the config) it never picks the model.
+    train, curve, test = (task.centralized_train, task.centralized_test,
+                          task.centralized_test)
+  else:
+    train, curve, test = task.federated_train, task.federated_val, task.federated_test
+  splits = {"validation": curve, "test": test}
+  job = CentralizedJob(
+      name=f"centralized {config.objective.loss}",
+      run_config={"setting": "centralized", "task": task.config.describe(),
+                  "model": dataclasses.asdict(model_config),
+                  "training": dataclasses.asdict(config)},
+      build_model=lambda: dual_encoder.build_dual_encoder(model_config,
+                                                          seed=config.seed),
+      loss=objective.loss,
+      train_data=lambda: client_data.centralized_dataset(
+          train, config.batch_size, shuffle_seed=config.seed, epochs=1).repeat(),
+      num_examples=len(train),
+      evaluate=lambda model, split: retrieval_evaluation.evaluate(
+          model, splits[split], config.ks, config.batch_size),
+      monitored=f"global_recall@{max(config.ks)}",
+      export=lambda model, directory: export.export_model(model, model_config,
+                                                          directory),
+      results={"setting": "centralized", "loss": config.objective.loss},
+      baselines=lambda: {"most_popular_baseline": retrieval_evaluation.evaluate(
+          retrieval_evaluation.popularity_score_fn(train, task.vocabulary_size),
+          test, config.ks, config.batch_size)})
+  return run_centralized(job, config, output_dir)

@@ -19,6 +19,7 @@ _DEFAULTS = FederatedConfig()
 _XC_DEFAULTS = FedAwSConfig()
 _FEDSS_DEFAULTS = FedSSConfig()
 _PU_DEFAULTS = pu_training.PUFederatedConfig()
+_XC_LOOP_DEFAULTS = xc_training.XCFederatedConfig()
 ALGORITHM = flags.DEFINE_enum(
     "algorithm", None, list(fedavg.ALGORITHMS + fedaws.ALGORITHMS + fedss.ALGORITHMS),
     "Federated algorithm: fedavg|fedsgd (MovieLens, default fedavg); fedaws|"
@@ -66,10 +67,10 @@ SPREADOUT_MARGIN = flags.DEFINE_float(
     "spreadout_margin", _XC_DEFAULTS.spreadout_margin,
     "FedAwS --spreadout=all: the distance nu classes are pushed to.")
 XC_ARCHITECTURE = flags.DEFINE_enum(
-    "xc_architecture", "small", list(xc_training.ARCHITECTURES),
-    "XC model: small (64-dim bag, 128 hidden, 64-dim output) or paper (512, "
-    "1024-1024, 512).")
-LOGIT_SCALE = flags.DEFINE_float("logit_scale", 20.0,
+    "xc_architecture", _XC_LOOP_DEFAULTS.architecture, list(xc_training.ARCHITECTURES),
+    "XC model: linear (a 256-dim embedding bag, no dense layer), small (64-dim bag, "
+    "128 hidden, 64-dim output) or paper (512, 1024-1024, 512).")
+LOGIT_SCALE = flags.DEFINE_float("logit_scale", _XC_LOOP_DEFAULTS.logit_scale,
                                  "XC: logits are this times the cosine.")
 PU_SURROGATE = flags.DEFINE_enum(
     "pu_surrogate", _PU_DEFAULTS.surrogate, list(pu_risk.SURROGATES),
@@ -91,6 +92,10 @@ PATIENCE = flags.DEFINE_integer(
     "patience", _DEFAULTS.patience,
     "Stop after this many validation evaluations without improvement "
     "(0: train all --rounds); the best evaluated model is reported.")
+SMOOTHING = flags.DEFINE_integer(
+    "smoothing", None,
+    f"Early stopping compares trailing means of this many validation evaluations "
+    f"(default {_DEFAULTS.smoothing}; XC: {_XC_LOOP_DEFAULTS.smoothing}).")
 MIN_DELTA = flags.DEFINE_float(
     "min_delta", _DEFAULTS.min_delta,
     "Relative improvement of validation recall that resets the patience "
@@ -115,6 +120,7 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
                                _DEFAULTS.server_learning_rate),
       eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value,
       patience=PATIENCE.value, min_delta=MIN_DELTA.value,
+      smoothing=_or(SMOOTHING.value, _DEFAULTS.smoothing),
       seed=model_flags.SEED.value, ks=model_flags.ks_from_flag())
 
 
@@ -148,10 +154,12 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       batch_size=model_flags.BATCH_SIZE.value, eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value, patience=PATIENCE.value,
-      min_delta=MIN_DELTA.value, seed=model_flags.SEED.value)
+      min_delta=MIN_DELTA.value,
+      smoothing=_or(SMOOTHING.value, _XC_LOOP_DEFAULTS.smoothing),
+      seed=model_flags.SEED.value)
 
 
-def _given(holder, default):
+def given(holder, default):
   """The flag's value when given on the command line, else the family's default."""
   return holder.value if flags.FLAGS[holder.name].present else default
 
@@ -166,16 +174,16 @@ def pu_federated_config_from_flags(method: str = "fedpu"
     raise ValueError(f"--conv_filters: {e}") from e
   federated = FederatedConfig(
       algorithm=ALGORITHM.value or loop.algorithm,  # fedavg or fedsgd (appendix B)
-      rounds=_given(ROUNDS, loop.rounds),
-      clients_per_round=_given(CLIENTS_PER_ROUND, loop.clients_per_round),
-      local_epochs=_given(LOCAL_EPOCHS, loop.local_epochs),
-      batch_size=_given(model_flags.BATCH_SIZE, loop.batch_size),
-      client_optimizer=_given(CLIENT_OPTIMIZER, loop.client_optimizer),
+      rounds=given(ROUNDS, loop.rounds),
+      clients_per_round=given(CLIENTS_PER_ROUND, loop.clients_per_round),
+      local_epochs=given(LOCAL_EPOCHS, loop.local_epochs),
+      batch_size=given(model_flags.BATCH_SIZE, loop.batch_size),
+      client_optimizer=given(CLIENT_OPTIMIZER, loop.client_optimizer),
       **_optimization_from_flags(loop),
-      eval_every=_given(EVAL_EVERY, loop.eval_every),
-      checkpoint_every=_given(CHECKPOINT_EVERY, loop.checkpoint_every),
-      patience=_given(PATIENCE, loop.patience), min_delta=MIN_DELTA.value,
-      seed=model_flags.SEED.value)
+      eval_every=given(EVAL_EVERY, loop.eval_every),
+      checkpoint_every=given(CHECKPOINT_EVERY, loop.checkpoint_every),
+      patience=given(PATIENCE, loop.patience), min_delta=MIN_DELTA.value,
+      smoothing=_or(SMOOTHING.value, loop.smoothing), seed=model_flags.SEED.value)
   return pu_training.PUFederatedConfig(
       method=method, surrogate=PU_SURROGATE.value, non_negative=NON_NEGATIVE.value,
       conv_filters=conv_filters, dense_units=DENSE_UNITS.value, federated=federated)

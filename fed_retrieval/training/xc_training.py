@@ -1,4 +1,5 @@
-"""Federated training of the XC classifier: FedAwS, FedSS and their baselines.
+"""Training the XC classifier: FedAwS, FedSS and their baselines federatedly,
+and the centralized references they are read against.
 
 Builds the `FederatedJob` of one algorithm (FedAwS's fedaws, positive_only,
 fixed_class_embeddings, softmax_oracle; FedSS's fedss, neg_only, pos_only,
@@ -7,11 +8,19 @@ shared loop (`federated_loop.run_federated`): same sampling, checkpoints,
 metrics, early stopping on validation precision@1 (MAP@R when the test
 classes are disjoint from the training classes) and resume. The run's
 metrics and results carry the bytes each client downloads and uploads per round.
+
+The centralized reference (`train_xc_centralized`) is the same tower and
+class table trained with full softmax on the pooled training examples of a
+label assignment (`sample`: the one label a point keeps, as FedAwS's clients
+hold it; `all`: every label of a point), with Keras `fit` and the same
+stopping rule (`centralized_loop.run_centralized`).
 """
 
 import dataclasses
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
+import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval import export
@@ -21,12 +30,15 @@ from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.evaluation import classification_metrics
 from fed_retrieval.models import xc_encoder
+from fed_retrieval.training import centralized_loop
+from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_loop
 from tasks.xc import xc_task
 from tasks.xc.xc_task import XCTask
 
 ALGORITHMS = fedaws.ALGORITHMS + fedss.ALGORITHMS
 ARCHITECTURES = {
+    "linear": xc_encoder.LINEAR_ARCHITECTURE,
     "small": dict(bag_dim=64, hidden_dims=(128,), embedding_dim=64),
     "paper": xc_encoder.PAPER_ARCHITECTURE,
 }
@@ -39,8 +51,8 @@ class XCFederatedConfig:
   algorithm: str = "fedaws"
   fedaws: FedAwSConfig = FedAwSConfig()
   fedss: FedSSConfig = FedSSConfig()
-  architecture: str = "small"
-  logit_scale: float = 20.0
+  architecture: str = "linear"
+  logit_scale: float = 10.0
   rounds: int = 300
   clients_per_round: int = 100
   local_epochs: int = 1
@@ -49,6 +61,7 @@ class XCFederatedConfig:
   checkpoint_every: int = 5
   patience: int = 4
   min_delta: float = 0.01
+  smoothing: int = 3
   seed: int = 0
   ks: Tuple[int, ...] = classification_metrics.DEFAULT_KS
 
@@ -85,7 +98,7 @@ def process_and_bytes(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
                                  Tuple[int, int]]:
   """(builder of the algorithm's process, (bytes down, up) per client per round)."""
   algorithm = algorithm_config(task, config)
-  max_features = task.config.max_features
+  max_features = task.feature_width
   if isinstance(algorithm, FedSSConfig):
     return (lambda: fedss.build_xc_process(model_config, algorithm, max_features,
                                            config.seed),
@@ -96,35 +109,109 @@ def process_and_bytes(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
           fedaws.bytes_per_client(model_config, algorithm))
 
 
+def _evaluation(task: XCTask, ks: Tuple[int, ...]
+                ) -> Tuple[Callable[[tf.keras.Model, str], Dict[str, float]], str]:
+  """(evaluate(model, split), the monitored metric): P@k over every class, or
+  MAP@R among unseen classes when the test classes are held out of training."""
+  splits = {"validation": task.validation, "test": task.test}
+  if task.config.class_split == "disjoint":
+    return (lambda model, split: classification_metrics.evaluate_retrieval(
+        model, splits[split])), "map@r"
+  return (lambda model, split: classification_metrics.evaluate_classifier(
+      model, splits[split], ks)), "precision@1"
+
+
+def _run_config(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
+                training) -> Dict[str, Any]:
+  return {"task": task.config.describe(), "task_fingerprint": xc_task.fingerprint(task),
+          "model": dataclasses.asdict(model_config),
+          "training": dataclasses.asdict(training)}
+
+
+def _export(model_config: xc_encoder.XCEncoderConfig):
+  return lambda model, directory: export.export_xc_classifier(model, model_config,
+                                                              directory)
+
+
 def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str,
                        progress: Optional[bool] = None) -> Dict[str, Any]:
   """Trains (or resumes) one algorithm on the XC task; exports the classifier."""
   model_config = model_config_for(task, config)
   build_process, (down, up) = process_and_bytes(task, model_config, config)
-  splits = {"validation": task.validation, "test": task.test}
-  if task.config.class_split == "disjoint":  # Retrieval among unseen classes.
-    evaluate = lambda model, split: classification_metrics.evaluate_retrieval(
-        model, splits[split])
-    monitored = "map@r"
-  else:
-    evaluate = lambda model, split: classification_metrics.evaluate_classifier(
-        model, splits[split], config.ks)
-    monitored = "precision@1"
+  evaluate, monitored = _evaluation(task, config.ks)
   job = federated_loop.FederatedJob(
       name=config.algorithm,
-      run_config={"task": task.config.describe(),
-                  "task_fingerprint": xc_task.fingerprint(task),
-                  "model": dataclasses.asdict(model_config),
-                  "training": dataclasses.asdict(config)},
+      run_config=_run_config(task, model_config, config),
       build_process=build_process,
       clients=task.clients,
       build_server_model=lambda: xc_encoder.build_xc_classifier(model_config,
                                                                 config.seed),
       evaluate=evaluate,
       monitored=monitored,
-      export=lambda model, directory: export.export_xc_classifier(
-          model, model_config, directory),
+      export=_export(model_config),
       results={"algorithm": config.algorithm,
                "partition": task.config.partition},
       round_metrics={"bytes_down_per_client": down, "bytes_up_per_client": up})
   return federated_loop.run_federated(job, config, output_dir, progress)
+
+
+@dataclasses.dataclass(frozen=True)
+class XCCentralizedConfig:
+  """A centralized reference: full softmax over every class with Adam, on the
+  pooled examples of `label_assignment`, evaluated every `eval_every_steps`
+  batches (default: once a pass) until the stopping rule ends it."""
+  label_assignment: str = "all"
+  optimizer: str = "adam"
+  learning_rate: float = 0.001
+  batch_size: int = 64
+  epochs: int = 100  # The cap, in passes.
+  steps: Optional[int] = None
+  eval_every_steps: Optional[int] = None
+  patience: int = 4
+  min_delta: float = 0.01
+  smoothing: int = 3
+  steps_per_execution: int = 100
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.label_assignment not in xc_task.LABEL_ASSIGNMENTS:
+      raise ValueError(f"label_assignment must be one of "
+                       f"{', '.join(xc_task.LABEL_ASSIGNMENTS)}, got "
+                       f"'{self.label_assignment}'")
+    self.stopping_rule  # Validates --patience, --min_delta and --smoothing.
+
+  @property
+  def stopping_rule(self) -> early_stopping.StoppingRule:
+    return early_stopping.StoppingRule.from_flags(self.patience, self.min_delta,
+                                                  self.smoothing)
+
+
+# The comparison's row name of each centralized reference.
+CENTRALIZED_SETTINGS = {"sample": "centralized_one_label",
+                        "all": "centralized_all_labels"}
+
+
+def train_xc_centralized(task: XCTask, federated: XCFederatedConfig,
+                         config: XCCentralizedConfig, output_dir: str
+                         ) -> Dict[str, Any]:
+  """The federated runs' tower and class table (architecture and logit scale
+  of `federated`) trained centrally with full softmax; exported likewise."""
+  model_config = model_config_for(task, federated)
+  points, labels = task.training_examples(config.label_assignment)
+  inputs = (task.train.feature_ids[points], task.train.feature_values[points])
+  evaluate, monitored = _evaluation(task, federated.ks)
+  setting = CENTRALIZED_SETTINGS[config.label_assignment]
+
+  def train_data() -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices((inputs, labels.astype(np.int32))).shuffle(
+        len(labels), seed=config.seed, reshuffle_each_iteration=True).batch(
+            config.batch_size).repeat()
+
+  job = centralized_loop.CentralizedJob(
+      name=setting, run_config=_run_config(task, model_config, config),
+      build_model=lambda: xc_encoder.build_xc_classifier(model_config, federated.seed),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      train_data=train_data, num_examples=len(labels), evaluate=evaluate,
+      monitored=monitored, export=_export(model_config),
+      results={"algorithm": setting, "label_assignment": config.label_assignment})
+  return centralized_loop.run_centralized(job, config, output_dir)
