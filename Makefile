@@ -10,6 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo compare-ml1m compare-ml1m-alt compare-xc compare-xc-alt compare-xc-fedss \
+        compare-xc-real compare-xc-real-fedss \
         compare-ml1m-fedss compare-pu compare-pu-seed1 test benchmark \
         benchmark-spreadout benchmark-round-cost bazel clean
 
@@ -44,6 +45,21 @@ compare-xc: $(STAMP)
 compare-xc-alt: $(STAMP)
 	$(PY) -m scripts.compare --task=xc --synthetic_xc=xc_small_alt \
 	    --output_dir=runs/compare_xc_alt
+
+# The same on genuine XC-format files: by default the Bibtex development copy
+# beside the repository (XC_TRAIN=... XC_TEST=... for another set); FedAwS's
+# family (one label per client), then FedSS's (5 labels per client).
+XC_TRAIN ?= ../shared/data/bibtex/bibtex_train.txt
+XC_TEST ?= ../shared/data/bibtex/bibtex_test.txt
+XC_FILES = --xc_train_path=$(XC_TRAIN) --xc_test_path=$(XC_TEST)
+
+compare-xc-real: $(STAMP)
+	$(PY) -m scripts.compare --task=xc $(XC_FILES) --output_dir=runs/compare_xc_real
+
+compare-xc-real-fedss: $(STAMP)
+	$(PY) -m scripts.compare --task=xc $(XC_FILES) --partition=k_labels_per_client \
+	    --algorithms=fedss,full_softmax,neg_only,pos_only \
+	    --output_dir=runs/compare_xc_real_fedss
 
 compare-xc-fedss: $(STAMP)
 	$(PY) -m scripts.compare --task=xc --synthetic_xc=xc_10k \

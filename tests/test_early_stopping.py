@@ -49,8 +49,9 @@ def test_smoothing_is_not_stopped_by_an_early_lucky_evaluation():
   np.testing.assert_allclose([v for _, v in rule.smoothed(noisy)][:4],
                              [0.10, 0.20, 0.58 / 3, 0.70 / 3])
   assert stopping_round(rule, noisy) is None
-  assert rule.best(noisy)[0] == 50  # The last round of the best window (0.30).
-  np.testing.assert_allclose(rule.best(noisy)[1], 0.30)
+  # Stopping reads the smoothed curve; the reported model is the best single one.
+  assert rule.best(noisy) == (45, 0.31)
+  assert stopping_round(rule, noisy + [(55, 0.26), (60, 0.25), (65, 0.24)]) == 65
 
 
 def test_no_patience_never_stops():

@@ -216,3 +216,12 @@ def test_movielens_key_set_covers_contexts_and_labels_and_skips_padding():
   moved = set(np.flatnonzero(np.abs(after - before).sum(1) > 0))
   assert {1, 2, 3, 4, 5, 6} <= moved  # Every item the client touches ...
   assert 0 not in moved and len(moved) <= 6 + 5  # ... plus at most its negatives.
+
+
+def test_default_negatives_are_five_percent_of_the_classes():
+  assert FedSSConfig().for_classes(159).negatives == 8  # Bibtex.
+  assert FedSSConfig().for_classes(2_000).negatives == 100
+  assert FedSSConfig(num_negatives=3).for_classes(2_000).negatives == 3
+  assert FedSSConfig(algorithm="pos_only").for_classes(2_000).negatives == 0
+  with pytest.raises(ValueError, match="for_classes"):
+    FedSSConfig().negatives  # pylint: disable=expression-not-assigned

@@ -22,7 +22,7 @@ sampled global softmax, `build_movielens_process`).
 """
 
 import dataclasses
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -52,10 +52,13 @@ class FedSSConfig:
   touch it; Adam normalizes that away (as for FedAwS). Validation P@1 on
   xc_10k (10 classes per client, 500 negatives) after 20 rounds: 0.20% with
   SGDm 1.0, 0.73% with Adam 0.03, 2.43% with Adam 0.1 (README).
-  100 negatives are 5% of the default xc_small's 2,000 classes.
+  Negatives: `num_negatives` if given, else `negative_fraction` (5%, the
+  paper's largest sample) of the classes: 100 of xc_small's 2,000, 8 of
+  Bibtex's 159, 198 of ML-1M's 3,952 items (`for_classes`).
   """
   algorithm: str = "fedss"
-  num_negatives: int = 100
+  num_negatives: Optional[int] = None
+  negative_fraction: float = 0.05
   log_q: bool = False
   client_learning_rate: float = 0.5
   server_optimizer: str = "adam"
@@ -66,11 +69,22 @@ class FedSSConfig:
     if self.algorithm not in ALGORITHMS:
       raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)} for "
                        f"FedSS, got '{self.algorithm}'")
-    if self.num_negatives < 1 and self.algorithm in ("fedss", "neg_only"):
+    if (self.num_negatives is not None and self.num_negatives < 1 and
+        self.algorithm in ("fedss", "neg_only")):
       raise ValueError(f"--num_negatives must be >= 1, got {self.num_negatives}")
+    if not 0 < self.negative_fraction < 1:
+      raise ValueError(f"--negative_fraction must be in (0, 1), got "
+                       f"{self.negative_fraction}")
     if self.positives_per_client < 1:
       raise ValueError("positives_per_client must be >= 1, got "
                        f"{self.positives_per_client}")
+
+  def for_classes(self, num_classes: int) -> "FedSSConfig":
+    """The config with its number of negatives fixed for `num_classes` classes."""
+    if self.num_negatives is not None:
+      return self
+    return dataclasses.replace(
+        self, num_negatives=max(1, round(self.negative_fraction * num_classes)))
 
   @property
   def candidate_set(self) -> str:
@@ -79,7 +93,11 @@ class FedSSConfig:
   @property
   def negatives(self) -> int:
     """Sampled negatives per client (none for pos_only and full_softmax)."""
-    return self.num_negatives if self.algorithm in ("fedss", "neg_only") else 0
+    if self.algorithm not in ("fedss", "neg_only"):
+      return 0
+    if self.num_negatives is None:
+      raise ValueError("FedSSConfig: call for_classes() to fix the negatives")
+    return self.num_negatives
 
   def num_keys(self, num_classes: int) -> int:
     if self.algorithm == "full_softmax":
@@ -156,6 +174,7 @@ def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tens
 
 def bytes_per_client(tower_shapes, num_classes: int, dim: int,
                      config: FedSSConfig) -> Tuple[int, int]:
+  config = config.for_classes(num_classes)
   return sub_model.bytes_per_client(tower_shapes, config.num_keys(num_classes), dim,
                                     whole_table=config.algorithm == "full_softmax")
 
@@ -165,6 +184,7 @@ def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
                      ) -> tff.learning.templates.LearningProcess:
   """FedSS or a baseline on the XC classifier (tower + class table)."""
   num_classes = model_config.num_labels
+  config = config.for_classes(num_classes)
   config.check_classes(num_classes)
 
   def client_keys(dataset, round_seed):
@@ -219,6 +239,7 @@ def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
   if not model_config.normalize:
     raise ValueError("FedSS scores cosines: the dual encoder must normalize")
   num_items = model_config.vocabulary_size
+  config = config.for_classes(num_items - 1)  # Item 0 pads.
   config.check_classes(num_items, reserved=1)
 
   def client_keys(dataset, round_seed):

@@ -10,8 +10,8 @@ is, so a resumed run rebuilds it from its metrics file.
 
 A noisy curve (a few hundred validation points: one evaluation moves by a
 couple of points) can stop a run at an early lucky evaluation. `smoothing` w
-compares trailing means of the last w evaluations instead of single ones, and
-the reported model is the last one of the best window.
+compares trailing means of the last w evaluations instead of single ones to
+decide when to stop; the reported model is still the best single evaluation.
 """
 
 import dataclasses
@@ -56,21 +56,26 @@ class StoppingRule:
             for i, (round_num, _) in enumerate(curve)]
 
   def best(self, curve: Curve) -> Tuple[int, float]:
-    """The (round, smoothed value) of the best evaluation: the first to beat all
-    earlier ones by more than `min_delta` x their best, so ties and noise keep
-    the earlier model."""
-    best_round, best_value = None, -math.inf
-    for round_num, value in self.smoothed(curve):
-      if best_round is None or value > best_value * (1.0 + self.min_delta):
-        best_round, best_value = round_num, value
-    if best_round is None:
-      raise ValueError("No evaluation yet")
-    return best_round, best_value
+    """The (round, value) of the best single evaluation: the model a run
+    reports. The first to beat all earlier ones by more than `min_delta` x
+    their best, so ties and noise keep the earlier model."""
+    return _first_best(curve, self.min_delta)
 
   def should_stop(self, curve: Curve) -> bool:
-    """True once the last `patience` evaluations came after the best one."""
+    """True once the last `patience` evaluations came after the best one (of
+    the smoothed curve)."""
     if self.patience is None or not curve:
       return False
-    best_round, _ = self.best(curve)
+    best_round, _ = _first_best(self.smoothed(curve), self.min_delta)
     after_best = sum(1 for round_num, _ in curve if round_num > best_round)
     return after_best >= self.patience
+
+
+def _first_best(curve: Curve, min_delta: float) -> Tuple[int, float]:
+  best_round, best_value = None, -math.inf
+  for round_num, value in curve:
+    if best_round is None or value > best_value * (1.0 + min_delta):
+      best_round, best_value = round_num, value
+  if best_round is None:
+    raise ValueError("No evaluation yet")
+  return best_round, best_value

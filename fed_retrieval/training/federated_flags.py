@@ -27,8 +27,9 @@ ALGORITHM = flags.DEFINE_enum(
     "fedss|neg_only|pos_only|full_softmax (FedSS: --task=xc, or MovieLens sampled "
     "global softmax).")
 NUM_NEGATIVES = flags.DEFINE_integer(
-    "num_negatives", _FEDSS_DEFAULTS.num_negatives,
-    "FedSS: negative classes (items) each client samples uniformly per round.")
+    "num_negatives", None,
+    "FedSS: negative classes (items) each client samples uniformly per round "
+    f"(default: {_FEDSS_DEFAULTS.negative_fraction:.0%} of the classes).")
 LOG_Q = flags.DEFINE_bool(
     "log_q", _FEDSS_DEFAULTS.log_q,
     "FedSS: subtract log(sampling probability) from the negatives' logits.")

@@ -52,8 +52,9 @@ def train_sampled_softmax(task: MovieLensTask, loop: FederatedConfig,
   objective = objective_config.build()
   model_config = centralized_loop.model_config_for(task, objective, embedding_dim)
   touched = distinct_items_per_user(task.federated_train)
-  algorithm = dataclasses.replace(algorithm, positives_per_client=int(touched.max()))
   vocabulary, dim = model_config.vocabulary_size, model_config.embedding_dim
+  algorithm = dataclasses.replace(
+      algorithm, positives_per_client=int(touched.max())).for_classes(vocabulary - 1)
   down, up = fedss.bytes_per_client([], vocabulary, dim, algorithm)
   real_keys = (np.full(len(touched), vocabulary) if algorithm.algorithm == "full_softmax"
                else touched + algorithm.negatives)

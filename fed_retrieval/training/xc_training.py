@@ -86,8 +86,9 @@ def algorithm_config(task: XCTask, config: XCFederatedConfig
                      ) -> Union[FedAwSConfig, FedSSConfig]:
   """The settings of `config.algorithm`, sized to the task's clients."""
   if config.algorithm in fedss.ALGORITHMS:
-    return dataclasses.replace(config.fedss, algorithm=config.algorithm,
-                               positives_per_client=task.max_labels_per_client())
+    return dataclasses.replace(
+        config.fedss, algorithm=config.algorithm,
+        positives_per_client=task.max_labels_per_client()).for_classes(task.num_labels)
   return dataclasses.replace(config.fedaws, algorithm=config.algorithm,
                              rows_per_client=task.max_labels_per_client())
 
