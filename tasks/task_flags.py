@@ -36,10 +36,10 @@ _NUM_CLIENTS = flags.DEFINE_integer(
 _DIRICHLET_ALPHA = flags.DEFINE_float(
     "dirichlet_alpha", 0.1, "XC --partition=dirichlet: concentration (small: skewed).")
 _XC_LABEL_ASSIGNMENT = flags.DEFINE_enum(
-    "xc_label_assignment", None, list(xc_task.LABEL_ASSIGNMENTS),
+    "xc_label_assignment", xc_task.XCTaskConfig.label_assignment,
+    list(xc_task.LABEL_ASSIGNMENTS),
     "XC training examples: sample (one label a point, drawn: the FedAwS paper) or "
-    "all (a point goes to the client of every label it carries). Default: "
-    f"{xc_task.XCTaskConfig.label_assignment}; sample with --xc_class_split=disjoint.")
+    "all (a point goes to the client of every label it carries).")
 _XC_MAX_FEATURES = flags.DEFINE_integer(
     "xc_max_features", None, "XC: a point keeps its largest feature values, this "
     "many (default: as many as the point with the most has; nothing is cut).")
@@ -119,9 +119,7 @@ def xc_task_config_from_flags() -> xc_task.XCTaskConfig:
       synthetic=_SYNTHETIC_XC.value, partition=_PARTITION.value,
       labels_per_client=_LABELS_PER_CLIENT.value, num_clients=_NUM_CLIENTS.value,
       dirichlet_alpha=_DIRICHLET_ALPHA.value,
-      label_assignment=_XC_LABEL_ASSIGNMENT.value or (
-          "sample" if _XC_CLASS_SPLIT.value == "disjoint"
-          else xc_task.XCTaskConfig.label_assignment),
+      label_assignment=_XC_LABEL_ASSIGNMENT.value,
       max_features=_XC_MAX_FEATURES.value,
       feature_scaling=_XC_FEATURE_SCALING.value,
       validation_fraction=_XC_VALIDATION_FRACTION.value,

@@ -18,7 +18,7 @@ def test_centralized_reference_learns_far_above_the_trivial_baseline(tiny_task, 
   config = xc_training.XCCentralizedConfig(label_assignment="all", epochs=3, patience=0)
   results = xc_training.train_xc_centralized(
       tiny_task, xc_training.XCFederatedConfig(), config, str(tmp_path / "all"))
-  passes = math.ceil(len(tiny_task.example_labels) / config.batch_size)
+  passes = math.ceil(len(tiny_task.training_examples("all")[1]) / config.batch_size)
   assert results["algorithm"] == "centralized_all_labels"
   assert results["steps"] == results["best_step"] == 3 * passes  # Evaluated each pass.
   assert results["examples_seen"] == 3 * passes * config.batch_size

@@ -17,9 +17,16 @@ A round:
    untouched, and no dense [C, D] value ever reaches a client), then an
    optional step on the whole table (`table_step`, FedAwS's spreadout).
 
-The rows take the plain per-row mean (FedAvg's server step at rate 1), not the
-server optimizer: a stateful optimizer (momentum, Adam) would keep moving rows
-that no client held this round.
+The rows take a plain mean (FedAvg's server step at rate 1), not the server
+optimizer: a stateful optimizer (momentum, Adam) would keep moving rows that
+no client held this round. Which mean (`row_mean`):
+- `holders`: each row's deltas averaged over the clients that held it. A row
+  moves as far as its holders moved it, however few: fast where a row's only
+  holder is the client of its class, but a row one client sampled as a
+  negative takes that client's whole push.
+- `clients`: FedAvg's mean over every client of the round, weighted by
+  examples, a row's delta counting as zero on clients that did not hold it
+  (paper 003: "the same procedure as FedAvg is used for aggregating").
 
 Model weights are the tower's then the table, or the table then the tower's
 (`table_first`), in the order of the task's Keras model's trainable variables.
@@ -34,6 +41,7 @@ import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import optimizers
 
+ROW_MEANS = ("holders", "clients")
 FLOAT_BYTES = 4
 KEY_BYTES = 4
 # (dataset, round seed [2] int64: (seed, round)) -> (keys [K] int32, is_real [K] bool).
@@ -61,6 +69,7 @@ class SubModelSpec:
   whole_table: bool = False
   table_step: Optional[TableStepFn] = None
   table_first: bool = False
+  row_mean: str = "holders"
   seed: int = 0
 
   def __post_init__(self):
@@ -69,6 +78,9 @@ class SubModelSpec:
     if self.whole_table and self.num_keys != len(self.initial_table):
       raise ValueError("whole_table: the key set is every row "
                        f"({len(self.initial_table)}), got {self.num_keys}")
+    if self.row_mean not in ROW_MEANS:
+      raise ValueError(f"--row_mean must be one of {', '.join(ROW_MEANS)}, got "
+                       f"'{self.row_mean}'")
     if (self.client_keys is None) != self.whole_table:
       raise ValueError("client_keys is needed exactly when clients select rows "
                        "(not whole_table)")
@@ -129,19 +141,24 @@ def local_training(spec: SubModelSpec, tower: Sequence[tf.Tensor], rows: tf.Tens
 
 
 def add_rows(table: tf.Tensor, counts: tf.Tensor, keys: tf.Tensor, deltas: tf.Tensor,
-             is_real: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-  """Adds one client's real row deltas and a holder count to the accumulators."""
+             is_real: tf.Tensor, weight: float = 1.0) -> Tuple[tf.Tensor, tf.Tensor]:
+  """Adds one client's real row deltas (times `weight`) and a holder count to
+  the accumulators."""
   keys = tf.boolean_mask(keys, is_real)[:, None]
-  return (tf.tensor_scatter_nd_add(table, keys, tf.boolean_mask(deltas, is_real)),
+  return (tf.tensor_scatter_nd_add(table, keys,
+                                   weight * tf.boolean_mask(deltas, is_real)),
           tf.tensor_scatter_nd_add(counts, keys, tf.ones(tf.shape(keys)[0])))
 
 
-def apply_row_updates(table: tf.Tensor, delta_sums: tf.Tensor,
-                      holders: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-  """(table + per-row mean delta over the clients that held the row, updated ids)."""
+def apply_row_updates(table: tf.Tensor, delta_sums: tf.Tensor, holders: tf.Tensor,
+                      total_weight=None) -> Tuple[tf.Tensor, tf.Tensor]:
+  """(table + mean delta, updated ids): the per-row mean over the clients that
+  held the row, or, given `total_weight`, the sum over that total (the mean
+  over every client of weighted deltas)."""
   updated = tf.cast(tf.where(holders > 0)[:, 0], tf.int32)
-  mean = delta_sums / tf.maximum(holders, 1.0)[:, None]
-  return table + mean, updated
+  divisor = (tf.maximum(holders, 1.0)[:, None] if total_weight is None
+             else tf.maximum(total_weight, 1e-12))
+  return table + delta_sums / divisor, updated
 
 
 def build_sub_model_process(spec: SubModelSpec
@@ -209,22 +226,26 @@ def build_sub_model_process(spec: SubModelSpec
             count)
 
   row_update_type = (keys_type, _tensor_type([num_keys, dim]),
-                     _tensor_type([num_keys], np.bool_))
+                     _tensor_type([num_keys], np.bool_), _tensor_type([]))
+  weighted = spec.row_mean == "clients"
 
   @tff.tensorflow.computation
   def zero_rows():
-    return tf.zeros([num_rows, dim]), tf.zeros([num_rows])
+    return tf.zeros([num_rows, dim]), tf.zeros([num_rows]), tf.constant(0.0)
 
   accumulator_type = zero_rows.type_signature.result
 
   @tff.tensorflow.computation(accumulator_type, row_update_type)
   def accumulate_rows(accumulator, update):
-    keys, deltas, is_real = update
-    return add_rows(accumulator[0], accumulator[1], keys, deltas, is_real)
+    keys, deltas, is_real, examples = update
+    weight = examples if weighted else 1.0
+    sums, holders = add_rows(accumulator[0], accumulator[1], keys, deltas, is_real,
+                             weight)
+    return sums, holders, accumulator[2] + weight
 
   @tff.tensorflow.computation(accumulator_type, accumulator_type)
   def merge_rows(a, b):
-    return a[0] + b[0], a[1] + b[1]
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
 
   @tff.tensorflow.computation(accumulator_type)
   def report_rows(accumulator):
@@ -236,7 +257,8 @@ def build_sub_model_process(spec: SubModelSpec
         state["optimizer"], list(state["tower"]), [-d for d in mean_tower_delta])
     table = state["table"]
     if spec.trains_rows:
-      table, updated = apply_row_updates(table, row_sums[0], row_sums[1])
+      table, updated = apply_row_updates(table, row_sums[0], row_sums[1],
+                                         row_sums[2] if weighted else None)
       if spec.table_step is not None:
         table = spec.table_step(table, updated)
     return {"tower": list(tower), "table": table, "optimizer": optimizer_state,
@@ -266,7 +288,7 @@ def build_sub_model_process(spec: SubModelSpec
         client_update, (tower, rows, keys, is_real, client_data))
     mean_tower_delta = tff.federated_mean(tower_delta, weight=count)
     row_sums = tff.federated_aggregate(
-        (keys, row_delta, is_real), zero_rows(), accumulate_rows, merge_rows,
+        (keys, row_delta, is_real, count), zero_rows(), accumulate_rows, merge_rows,
         report_rows)
     new_state = tff.federated_map(server_update, (state, mean_tower_delta, row_sums))
     metrics = tff.federated_map(

@@ -5,6 +5,7 @@ from absl import flags
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
+from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
@@ -33,6 +34,11 @@ NUM_NEGATIVES = flags.DEFINE_integer(
 LOG_Q = flags.DEFINE_bool(
     "log_q", _FEDSS_DEFAULTS.log_q,
     "FedSS: subtract log(sampling probability) from the negatives' logits.")
+ROW_MEAN = flags.DEFINE_enum(
+    "row_mean", _FEDSS_DEFAULTS.row_mean, list(sub_model.ROW_MEANS),
+    "FedSS: a class row's update is the mean over the clients that held it "
+    "(holders) or FedAvg's example-weighted mean over every client of the round "
+    "(clients).")
 ROUNDS = flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Federated rounds.")
 CLIENTS_PER_ROUND = flags.DEFINE_integer("clients_per_round",
                                          _DEFAULTS.clients_per_round,
@@ -139,7 +145,7 @@ def _optimization_from_flags(defaults) -> dict:
 
 def fedss_config_from_flags(algorithm: str = "fedss") -> FedSSConfig:
   return FedSSConfig(algorithm=algorithm, num_negatives=NUM_NEGATIVES.value,
-                     log_q=LOG_Q.value, **_optimization_from_flags(_FEDSS_DEFAULTS))
+                     log_q=LOG_Q.value, row_mean=ROW_MEAN.value, **_optimization_from_flags(_FEDSS_DEFAULTS))
 
 
 def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:

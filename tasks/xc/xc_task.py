@@ -56,7 +56,7 @@ class XCTaskConfig:
   labels_per_client: int = 5
   num_clients: Optional[int] = None
   dirichlet_alpha: float = 0.1
-  label_assignment: str = "all"
+  label_assignment: str = "sample"
   max_features: Optional[int] = None  # None: the most features a point has.
   feature_scaling: str = "auto"
   validation_fraction: float = 0.2
