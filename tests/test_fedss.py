@@ -78,6 +78,21 @@ def test_sparse_row_aggregation_matches_numpy():
     expected[key] += np.mean(deltas, axis=0)
   np.testing.assert_allclose(new_table.numpy(), expected, atol=1e-6)
   np.testing.assert_array_equal(updated.numpy(), [1, 2, 4, 5])
+  # FedAvg's mean over every client (row_mean="clients"): examples 2, 5, 3 weigh
+  # the deltas and divide their sum; a row a client did not hold counts as 0.
+  weights = [2.0, 5.0, 3.0]
+  sums, counts = tf.zeros([6, 3]), tf.zeros([6])
+  for (keys, deltas, real), weight in zip(updates, weights):
+    sums, counts = sub_model.add_rows(sums, counts, tf.constant(keys),
+                                      tf.constant(deltas, tf.float32), tf.constant(real),
+                                      weight)
+  new_table, _ = sub_model.apply_row_updates(tf.constant(table), sums, counts,
+                                             tf.constant(sum(weights)))
+  expected = table.copy()
+  for (keys, deltas, real), weight in zip(updates, weights):
+    for key, delta, is_real in zip(keys, deltas, real):
+      expected[key] += is_real * weight * delta / sum(weights)
+  np.testing.assert_allclose(new_table.numpy(), expected, atol=1e-6)
   np.testing.assert_array_equal(new_table.numpy()[[0, 3]], table[[0, 3]])
 
 
@@ -147,9 +162,11 @@ def numpy_round_loss(tower, rows, ids, values, positions, allowed, scale):
   return numpy_candidate_loss(scale * g @ unit.T, positions, allowed)
 
 
-def test_one_fedss_round_matches_a_hand_computation():
+@pytest.mark.parametrize("row_mean", sub_model.ROW_MEANS)
+def test_one_fedss_round_matches_a_hand_computation(row_mean):
   config = FedSSConfig(num_negatives=3, positives_per_client=2, client_learning_rate=0.4,
-                       server_optimizer="sgd", server_learning_rate=1.0)
+                       server_optimizer="sgd", server_learning_rate=1.0,
+                       row_mean=row_mean)
   process = fedss.build_xc_process(MODEL, config, max_features=WIDTH, seed=3)
   state = process.initialize()
   start = [np.asarray(w, np.float64) for w in process.get_model_weights(state).trainable]
@@ -157,7 +174,7 @@ def test_one_fedss_round_matches_a_hand_computation():
   got = [np.asarray(w) for w in process.get_model_weights(
       process.next(state, [dataset(*c) for c in CLIENTS]).state).trainable]
 
-  tower_deltas, row_deltas, sizes = [], {}, []
+  tower_deltas, row_deltas, weighted_row_deltas, sizes = [], {}, {}, []
   for ids, values, labels in CLIENTS:
     keys, is_real = keys_of(labels, slots=2, classes=8, negatives=3, seed=(3, 1))
     rows = table[keys]
@@ -173,9 +190,13 @@ def test_one_fedss_round_matches_a_hand_computation():
     for key, delta, real in zip(keys, new_rows - rows, is_real):
       if real:
         row_deltas.setdefault(key, []).append(delta)
+        weighted_row_deltas.setdefault(key, []).append(len(labels) * delta)
     sizes.append(len(labels))
   expected_tower, expected_table = server_average(tower, table, tower_deltas, sizes,
                                                    row_deltas)
+  if row_mean == "clients":  # Every client's examples weigh; non-holders add 0.
+    for key, deltas in weighted_row_deltas.items():
+      expected_table[key] = table[key] + np.sum(deltas, axis=0) / sum(sizes)
   for g, e in zip(got[:-1], expected_tower):
     np.testing.assert_allclose(g, e, atol=2e-5)
   np.testing.assert_allclose(got[-1], expected_table, atol=2e-5)
