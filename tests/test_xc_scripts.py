@@ -42,10 +42,12 @@ def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):
   # The oracle sends the whole 200 x 256 class table, FedAwS one row.
   assert oracle_down - fedaws_down == 4 * (200 - 1) * 256
   assert rows[2]["rounds"] == "4"
-  # Gaps to the references: the clients hold all labels by default.
-  fedaws, all_labels = float(rows[2]["precision@1"]), float(rows[1]["precision@1"])
+  # Gaps to the references: the clients hold one drawn label a point by default.
+  fedaws, one_label = float(rows[2]["precision@1"]), float(rows[0]["precision@1"])
+  best = max(float(rows[0]["precision@1"]), float(rows[1]["precision@1"]))
   assert float(rows[2]["p@1_gap_to_centralized_same_labels"]) == pytest.approx(
-      fedaws - all_labels)
+      fedaws - one_label)
+  assert float(rows[2]["p@1_gap_to_best_centralized"]) == pytest.approx(fedaws - best)
   assert "| fedaws |" in result.stdout and "| centralized_all_labels |" in result.stdout
   with open(os.path.join(tmp_path, "out", "precision_curves.png"), "rb") as f:
     assert f.read(4) == b"\x89PNG"
