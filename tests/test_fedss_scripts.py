@@ -32,7 +32,7 @@ def test_xc_fedss_on_held_out_classes_reports_map_at_r_and_bytes(tmp_path):
   for row in rows:
     assert 0.0 < float(row["map@r"]) <= 1.0 and row["precision@1"] == ""
   fedss_down, pos_only_down = (int(r["bytes_down_per_client"]) for r in rows)
-  assert fedss_down - pos_only_down == 4 * 20 * 64  # The 20 negatives' rows.
+  assert fedss_down - pos_only_down == 4 * 20 * 256  # The 20 negatives' rows.
 
 
 def test_movielens_sampled_global_softmax_moves_fewer_bytes_than_full(tmp_path):

@@ -49,6 +49,7 @@ def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):
       fedaws - one_label)
   assert float(rows[2]["p@1_gap_to_best_centralized"]) == pytest.approx(fedaws - best)
   assert "| fedaws |" in result.stdout and "| centralized_all_labels |" in result.stdout
+  assert "XC task: labels 200, features 2000, train_points 3000" in result.stderr
   with open(os.path.join(tmp_path, "out", "precision_curves.png"), "rb") as f:
     assert f.read(4) == b"\x89PNG"
   # Re-running returns the finished runs' results without training.
@@ -65,6 +66,8 @@ def test_train_federated_exports_a_classifier_that_scores_like_the_server(tmp_pa
   assert result.returncode == 0, result.stderr[-3000:]
   results = json.loads(result.stdout)
   assert results["algorithm"] == "fedaws" and results["partition"] == "k_labels_per_client"
+  assert results["task"]["clients"] == 50 and results["task"]["labels"] == 200
+  assert results["task"]["points_with_features_cut"] == 0
   export_dir = os.path.join(tmp_path, "run", "export")
   table = np.load(os.path.join(export_dir, "class_embeddings.npy"))
   assert table.shape == (200, 256)

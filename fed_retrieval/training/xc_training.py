@@ -150,7 +150,7 @@ def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str,
       evaluate=evaluate,
       monitored=monitored,
       export=_export(model_config),
-      results={"algorithm": config.algorithm,
+      results={"algorithm": config.algorithm, "task": task.summary(),
                "partition": task.config.partition},
       round_metrics={"bytes_down_per_client": down, "bytes_up_per_client": up})
   return federated_loop.run_federated(job, config, output_dir, progress)
@@ -214,5 +214,6 @@ def train_xc_centralized(task: XCTask, federated: XCFederatedConfig,
       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       train_data=train_data, num_examples=len(labels), evaluate=evaluate,
       monitored=monitored, export=_export(model_config),
-      results={"algorithm": setting, "label_assignment": config.label_assignment})
+      results={"algorithm": setting, "label_assignment": config.label_assignment,
+               "task": task.summary()})
   return centralized_loop.run_centralized(job, config, output_dir)

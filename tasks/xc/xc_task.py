@@ -73,20 +73,12 @@ class XCTaskConfig:
     if self.synthetic is not None and self.synthetic not in synthetic_xc.PRESETS:
       raise ValueError(f"--synthetic_xc must be one of "
                        f"{', '.join(synthetic_xc.PRESETS)}, got '{self.synthetic}'")
-    if self.partition not in partitions.PARTITIONS:
-      raise ValueError(f"--partition must be one of {', '.join(partitions.PARTITIONS)}"
-                       f", got '{self.partition}'")
+    _check_choice("partition", self.partition, partitions.PARTITIONS)
     if self.max_features is not None and self.max_features < 1:
       raise ValueError(f"--xc_max_features must be >= 1, got {self.max_features}")
-    if self.label_assignment not in LABEL_ASSIGNMENTS:
-      raise ValueError(f"--xc_label_assignment must be one of "
-                       f"{', '.join(LABEL_ASSIGNMENTS)}, got '{self.label_assignment}'")
-    if self.feature_scaling not in FEATURE_SCALINGS:
-      raise ValueError(f"--xc_feature_scaling must be one of "
-                       f"{', '.join(FEATURE_SCALINGS)}, got '{self.feature_scaling}'")
-    if self.class_split not in CLASS_SPLITS:
-      raise ValueError(f"--xc_class_split must be one of {', '.join(CLASS_SPLITS)}, "
-                       f"got '{self.class_split}'")
+    _check_choice("xc_label_assignment", self.label_assignment, LABEL_ASSIGNMENTS)
+    _check_choice("xc_feature_scaling", self.feature_scaling, FEATURE_SCALINGS)
+    _check_choice("xc_class_split", self.class_split, CLASS_SPLITS)
     if not 0 < self.held_out_class_fraction < 1:
       raise ValueError("--xc_held_out_class_fraction must be in (0, 1), got "
                        f"{self.held_out_class_fraction}")
@@ -99,6 +91,11 @@ class XCTaskConfig:
 
   def describe(self) -> Dict[str, Any]:
     return dataclasses.asdict(self)
+
+
+def _check_choice(flag: str, value: str, choices: Sequence[str]) -> None:
+  if value not in choices:
+    raise ValueError(f"--{flag} must be one of {', '.join(choices)}, got '{value}'")
 
 
 @dataclasses.dataclass
