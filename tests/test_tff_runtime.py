@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+from tests.script_runs import default_sigint
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Starts a worker, runs one computation, prints the worker's pid, then waits.
@@ -25,9 +27,8 @@ def mean(x):
   return tff.federated_mean(x)
 assert abs(mean([1.0, 2.0, 6.0]) - 3.0) < 1e-6
 print(worker.pid, flush=True)
-if sys.argv[1] == "wait":  # Short sleeps: a SIGINT that the kernel hands to
-  for _ in range(6000):  # another thread is still seen within 0.1 s.
-    time.sleep(0.1)
+if sys.argv[1] == "wait":
+  time.sleep(600)
 """
 
 
@@ -52,7 +53,8 @@ def wait_gone(pid: int, seconds: float = 20.0) -> bool:
 def test_worker_dies_with_its_program(ending):
   process = subprocess.Popen([sys.executable, "-c", PROGRAM,
                               "exit" if ending == "exit" else "wait"],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                             preexec_fn=default_sigint)
   try:
     worker_pid = int(process.stdout.readline())
     if ending != "exit":  # An exiting program may already have stopped it.
