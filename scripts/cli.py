@@ -16,6 +16,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
 from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
@@ -43,6 +44,8 @@ def run(main: Callable[[Sequence[str]], None]) -> None:
     if len(argv) > 1:
       raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     try:
+      if "max_worker_restarts" in flags.FLAGS:  # The federated scripts' flag.
+        tff_runtime.set_max_worker_restarts(flags.FLAGS.max_worker_restarts)
       main(argv)
     except (UserError, RatingsFormatError, ValueError, FileNotFoundError) as e:
       _fail(str(e))

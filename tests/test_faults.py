@@ -8,11 +8,13 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 
 import pytest
 
 from tests.script_runs import run_script
 from tests.script_runs import wait_for_round
+from tests.script_runs import worker_pids
 from tests.script_runs import workers_of
 
 
@@ -44,9 +46,9 @@ def finish(output_dir, cache_dir):
   return stderr
 
 
-def test_dead_worker_ends_the_program_and_a_rerun_resumes(cache_dir, uninterrupted,
-                                                          tmp_path):
-  process = run_script(tmp_path, cache_dir)
+def test_without_restarts_a_dead_worker_ends_the_program_and_a_rerun_resumes(
+    cache_dir, uninterrupted, tmp_path):
+  process = run_script(tmp_path, cache_dir, "--max_worker_restarts=0")
   wait_for_round(tmp_path, 3)
   (worker,) = workers_of(process.pid)
   os.kill(worker, signal.SIGKILL)
@@ -57,6 +59,42 @@ def test_dead_worker_ends_the_program_and_a_rerun_resumes(cache_dir, uninterrupt
   assert not os.path.exists(os.path.join(tmp_path, "results.json"))
   finish(tmp_path, cache_dir)
   assert results_of(tmp_path) == uninterrupted
+
+
+def a_new_worker(process, old, timeout=120):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    workers = workers_of(process.pid) - {old}
+    if workers:
+      return workers.pop()
+    time.sleep(0.05)
+  raise AssertionError("no new worker was started")
+
+
+def test_a_worker_that_dies_twice_is_replaced_and_the_run_ends_the_same(
+    cache_dir, uninterrupted, tmp_path):
+  process = run_script(tmp_path, cache_dir)
+  wait_for_round(tmp_path, 3)
+  (first,) = workers_of(process.pid)
+  os.kill(first, signal.SIGSEGV)  # A crash of the runtime...
+  second = a_new_worker(process, first)
+  wait_for_round(tmp_path, 5)
+  os.kill(second, signal.SIGKILL)  # ...then what the out-of-memory killer sends.
+  third = a_new_worker(process, second)
+  _, stderr = process.communicate(timeout=600)
+  assert process.returncode == 0, stderr[-3000:]
+  restarts = [line for line in stderr.splitlines() if "died" in line]
+  assert len(restarts) == 2, stderr[-3000:]
+  assert f"(pid {first}) died (killed by signal SIGSEGV, a crash inside" in restarts[0]
+  assert "restart 1 of 3: a new worker resumes from round 2" in restarts[0]
+  assert f"(pid {second}) died (killed by signal SIGKILL, most often the kernel's " \
+         "out-of-memory killer" in restarts[1]
+  assert "restart 2 of 3: a new worker resumes from round 4" in restarts[1]
+  results = results_of(tmp_path)
+  assert results.pop("worker_restarts") == 2
+  assert results == {k: v for k, v in uninterrupted.items() if k != "worker_restarts"}
+  time.sleep(1)
+  assert not {first, second, third} & worker_pids()  # Nothing outlives the run.
 
 
 def test_torn_checkpoint_is_set_aside_and_the_run_finishes_the_same(

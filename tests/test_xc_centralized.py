@@ -65,3 +65,6 @@ def test_gaps_are_p_at_1_points_to_the_same_label_and_the_best_reference():
   table = xc_comparison.markdown_table(rows)
   assert "| fedaws | 50.00 |  |  | -5.00 | -12.00 |" in table
   assert "MAP@R" not in table
+  rows[2].update(examples_seen=8000, rounds=40, best_round=30, worker_restarts=2)
+  assert "| 8.0k ex, 40 rounds (best 30) (2 worker restarts) |" in (
+      xc_comparison.markdown_table(rows))

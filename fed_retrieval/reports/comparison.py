@@ -46,7 +46,7 @@ RECALL_KEYS = ("global_recall@1", "global_recall@5", "global_recall@10")
 CSV_COLUMNS = ("setting", "loss") + RECALL_KEYS + (
     "examples_seen", "rounds", "best_round", "steps", "best_step",
     "drop_vs_centralized_same_loss@10", "drop_vs_best_centralized@10",
-    "bytes_down_per_client", "bytes_up_per_client")
+    "bytes_down_per_client", "bytes_up_per_client", "worker_restarts")
 
 
 def federated_settings(include_shuffled: bool, include_fedsgd: bool
@@ -135,7 +135,7 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
 def _row(setting: str, loss: str, results: Dict[str, Any], output_dir: str):
   keys = ("examples_seen", "rounds", "best_round", "steps", "best_step",
           "bytes_down_per_client", "bytes_up_per_client",
-          "mean_real_bytes_down_per_client")
+          "mean_real_bytes_down_per_client", "worker_restarts")
   return {"setting": setting, "loss": loss, **results["test"],
           **{k: results[k] for k in keys if k in results},
           "run_dir": os.path.join(output_dir, f"{setting}_{loss}")}
@@ -163,7 +163,8 @@ def _budget_used(row: Dict[str, Any]) -> str:
   examples = row["examples_seen"]
   text = (f"{examples / 1e6:.2f}M ex" if examples >= 1e6 else f"{examples / 1e3:.0f}k ex")
   if row.get("rounds") not in (None, ""):
-    return text + f", {row['rounds']} rounds (best {row['best_round']})"
+    return (text + f", {row['rounds']} rounds (best {row['best_round']})" +
+            result_files.restarts_note(row))
   return text + f", {row['steps']} steps (best {row['best_step']})"
 
 

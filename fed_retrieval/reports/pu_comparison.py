@@ -27,7 +27,8 @@ from losses import pu_risk
 from tasks.pu import pu_task
 
 CSV_COLUMNS = ("setting", "method", "accuracy", "description", "bytes_down_per_client",
-               "bytes_up_per_client", "rounds", "best_round", "examples_seen")
+               "bytes_up_per_client", "rounds", "best_round", "examples_seen",
+               "worker_restarts")
 
 
 def run_pu_comparison(task_config: pu_task.PUTaskConfig,
@@ -50,7 +51,7 @@ def run_pu_comparison(task_config: pu_task.PUTaskConfig,
             task, dataclasses.replace(config, method=method), run_dir)
       rows.append({"setting": name, "method": method, "description": setting.describe(),
                    "accuracy": results["test"]["accuracy"],
-                   **{k: results[k] for k in CSV_COLUMNS[4:]}, "run_dir": run_dir})
+                   **{k: results.get(k) for k in CSV_COLUMNS[4:]}, "run_dir": run_dir})
   return rows
 
 
@@ -58,12 +59,12 @@ def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
   """A row per setting, test accuracy (%) per method."""
   methods = list(dict.fromkeys(r["method"] for r in rows))
   settings = list(dict.fromkeys(r["setting"] for r in rows))
-  accuracy = {(r["setting"], r["method"]): r["accuracy"] for r in rows}
+  cell = {(r["setting"], r["method"]):
+          f"{100 * r['accuracy']:.2f}{result_files.restarts_note(r)}" for r in rows}
   description = {r["setting"]: r["description"] for r in rows}
   lines = ["| setting | " + " | ".join(methods) + " |", "|" + "---|" * (len(methods) + 1)]
   for setting in settings:
-    cells = [f"{100 * accuracy[setting, m]:.2f}" if (setting, m) in accuracy else ""
-             for m in methods]
+    cells = [cell.get((setting, m), "") for m in methods]
     lines.append(f"| {setting} ({description[setting]}) | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 

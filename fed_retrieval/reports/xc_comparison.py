@@ -44,9 +44,9 @@ CSV_COLUMNS = ("algorithm", "precision@1", "precision@3", "precision@5", "recall
                "map@r", "recall@1", "p@1_gap_to_centralized_same_labels",
                "p@1_gap_to_best_centralized", "bytes_down_per_client",
                "bytes_up_per_client", "rounds", "best_round", "steps", "best_step",
-               "examples_seen")
+               "examples_seen", "worker_restarts")
 RUN_COLUMNS = ("bytes_down_per_client", "bytes_up_per_client", "rounds", "best_round",
-               "steps", "best_step", "examples_seen")
+               "steps", "best_step", "examples_seen", "worker_restarts")
 REFERENCE = "most_frequent_labels"
 
 
@@ -126,7 +126,8 @@ def _trained_on(row: Dict[str, Any]) -> str:
     return ""
   text = f"{row['examples_seen'] / 1e3:.1f}k ex"
   if "rounds" in row:
-    return text + f", {row['rounds']} rounds (best {row['best_round']})"
+    return (text + f", {row['rounds']} rounds (best {row['best_round']})" +
+            result_files.restarts_note(row))
   return text + f", {row['steps']} steps (best {row['best_step']})"
 
 

@@ -9,7 +9,10 @@ by us instead:
 - with stdout/stderr to a log file (or /dev/null), never the parent's pipes;
 - stopped explicitly by `LocalWorker.stop`, by a context manager and at exit;
 - watched: if it dies otherwise, the program ends at once with one error line
-  and exit code 3 (calls into a dead worker would block forever).
+  and exit code 3 (calls into a dead worker would block forever), or, inside
+  `worker_restarts_allowed()`, its channel is closed so that the blocked call
+  raises, and the death is kept for `take_worker_death()`: the run loop then
+  starts a new worker and resumes from its last checkpoint.
 The worker binary has no bind-address flag and listens on all interfaces. Call
 `isolate_network()` first thing in a program, while it is single-threaded: it
 moves the process into a private network namespace that has only loopback, so
@@ -51,6 +54,61 @@ _STARTUP_TIMEOUT_SECONDS = 120.0
 WORKER_DIED_EXIT_CODE = 3
 
 _network_isolated = False
+_restarts_allowed = False  # Inside `worker_restarts_allowed()`.
+_max_worker_restarts = 3
+_deaths: list = []  # Deaths of workers not yet taken by `take_worker_death`.
+
+
+class WorkerDeath:
+  """How a worker ended: its pid, port and exit code (negative: the signal)."""
+
+  def __init__(self, pid: int, port: int, code: int):
+    self.pid, self.port, self.code = pid, port, code
+
+  def describe(self) -> str:
+    """'killed by signal SIGKILL, most often ...' or 'exit code 1'."""
+    if self.code >= 0:
+      return f"exit code {self.code}"
+    name = signal.Signals(-self.code).name
+    why = {"SIGKILL": ", most often the kernel's out-of-memory killer: lower "
+                      "--clients_per_round or the model size",
+           "SIGSEGV": ", a crash inside TFF's C++ runtime"}.get(name, "")
+    return f"killed by signal {name}{why}"
+
+
+def max_worker_restarts() -> int:
+  """How often a run replaces a dead worker before it gives up (default 3)."""
+  return _max_worker_restarts
+
+
+def set_max_worker_restarts(count: int) -> None:
+  global _max_worker_restarts
+  if count < 0:
+    raise ValueError(f"--max_worker_restarts must be >= 0, got {count}")
+  _max_worker_restarts = count
+
+
+def worker_died_message(death: WorkerDeath) -> str:
+  return (f"error: the TFF worker (pid {death.pid}, port {death.port}) died "
+          f"unexpectedly ({death.describe()}); re-run the same command to resume "
+          "from the last checkpoint")
+
+
+@contextlib.contextmanager
+def worker_restarts_allowed() -> Iterator[None]:
+  """Within the block, a worker that dies does not end the program: its calls
+  fail and `take_worker_death()` says what happened."""
+  global _restarts_allowed
+  previous, _restarts_allowed = _restarts_allowed, True
+  try:
+    yield
+  finally:
+    _restarts_allowed = previous
+
+
+def take_worker_death() -> Optional[WorkerDeath]:
+  """The oldest unreported worker death (and forgets it), or None."""
+  return _deaths.pop(0) if _deaths else None
 
 
 def _libc() -> ctypes.CDLL:
@@ -129,6 +187,7 @@ class LocalWorker:
     self._log_path = log_path
     self._max_calls = max_concurrent_computation_calls
     self._process: Optional[subprocess.Popen] = None
+    self._channel: Optional[grpc.Channel] = None
     self.port: Optional[int] = None
 
   @property
@@ -154,8 +213,8 @@ class LocalWorker:
       if log is not subprocess.DEVNULL:
         log.close()
     atexit.register(self.stop)
-    channel = grpc.insecure_channel(f"localhost:{self.port}", _GRPC_OPTIONS)
-    stub = tff.framework.RemoteExecutorGrpcStub(channel)
+    self._channel = grpc.insecure_channel(f"localhost:{self.port}", _GRPC_OPTIONS)
+    stub = tff.framework.RemoteExecutorGrpcStub(self._channel)
     deadline = time.monotonic() + _STARTUP_TIMEOUT_SECONDS
     while not stub.is_ready:
       if self._process.poll() is not None:
@@ -171,22 +230,25 @@ class LocalWorker:
     return stub
 
   def _exit_if_it_dies(self, process: subprocess.Popen) -> None:
-    """Ends the program when the worker dies unless `stop` stopped it.
+    """Ends the program when the worker dies unless `stop` stopped it, or,
+    where restarts are allowed, makes its calls fail.
 
     A call into a dead worker blocks forever (gRPC waits for it to come back),
-    so the program would hang at 0% CPU; exiting is the only way out that
-    loses nothing: checkpoints are atomic and a re-run resumes.
+    so the program would hang at 0% CPU. Closing the channel makes that call
+    raise; without a restart, exiting is the way out that loses nothing:
+    checkpoints are atomic and a re-run resumes.
     """
     code = process.wait()
     if self._process is not process:  # Stopped on purpose.
       return
-    how = (f"killed by signal {signal.Signals(-code).name}" if code < 0
-           else f"exit code {code}")
+    death = WorkerDeath(process.pid, self.port, code)
+    if _restarts_allowed:
+      self._process = None
+      _deaths.append(death)
+      self._channel.close()
+      return
     sys.stdout.flush()
-    sys.stderr.write(
-        f"error: the TFF worker (pid {process.pid}, port {self.port}) died "
-        f"unexpectedly ({how}); re-run the same command to resume from the "
-        "last checkpoint\n")
+    sys.stderr.write(worker_died_message(death) + "\n")
     sys.stderr.flush()
     os._exit(WORKER_DIED_EXIT_CODE)  # pylint: disable=protected-access
 
@@ -239,9 +301,12 @@ def ensure_local_execution_context(log_path: Optional[str] = None) -> LocalWorke
 
 @contextlib.contextmanager
 def local_execution_context(log_path: Optional[str] = None) -> Iterator[LocalWorker]:
-  """The shared worker's context for a block; the worker stops on exit."""
+  """The shared worker's context for a block; the worker stops on exit (the
+  one running then: a restart inside the block replaces the first)."""
   worker = ensure_local_execution_context(log_path)
   try:
     yield worker
   finally:
     worker.stop()
+    if _shared_worker is not None:
+      _shared_worker.stop()

@@ -10,6 +10,7 @@ from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
 from fed_retrieval.models import model_flags
+from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import pu_training
 from fed_retrieval.training import xc_training
 from fed_retrieval.training.federated_loop import FederatedConfig
@@ -34,6 +35,11 @@ NUM_NEGATIVES = flags.DEFINE_integer(
 LOG_Q = flags.DEFINE_bool(
     "log_q", _FEDSS_DEFAULTS.log_q,
     "FedSS: subtract log(sampling probability) from the negatives' logits.")
+MAX_WORKER_RESTARTS = flags.DEFINE_integer(
+    "max_worker_restarts", tff_runtime.max_worker_restarts(),
+    "A TFF worker that dies during a run (a runtime crash, the out-of-memory "
+    "killer) is replaced and the run resumes from its last checkpoint, this many "
+    "times; then the run ends (exit 3) and a re-run resumes.")
 ROW_MEAN = flags.DEFINE_enum(
     "row_mean", _FEDSS_DEFAULTS.row_mean, list(sub_model.ROW_MEANS),
     "FedSS: a class row's update is the mean over the clients that held it "

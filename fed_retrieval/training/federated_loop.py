@@ -13,7 +13,10 @@ Convergence: the run stops when the job's monitored validation metric
 `patience` 0 it trains all `rounds` and reports the final model.
 
 Checkpoints appear whole or not at all, and an unreadable one is set aside
-(`checkpoints`). Resuming: everything random is a function of (seed, round), client sampling
+(`checkpoints`). A TFF worker that dies during a run (a crash of its C++
+runtime, the kernel's out-of-memory killer) is replaced and the run resumes
+from its latest checkpoint, up to `tff_runtime.max_worker_restarts()` times
+(`--max_worker_restarts`); results.json counts them (`worker_restarts`). Resuming: everything random is a function of (seed, round), client sampling
 and client shuffles included, and the state is restored from the latest
 checkpoint, so re-running a killed command finishes with the same model as an
 uninterrupted run. Metrics rows after that checkpoint are replaced; the
@@ -21,6 +24,7 @@ validation curve (the stopping rule's only state) is read back from them.
 """
 
 import asyncio
+import contextlib
 import csv
 import dataclasses
 import os
@@ -191,7 +195,26 @@ def run_federated(job: FederatedJob, config, output_dir: str,
   finished = run_directory.open_run(output_dir, job.run_config)
   if finished is not None:
     return finished
+  restarts, death = 0, None
+  limit = tff_runtime.max_worker_restarts()
+  while True:
+    # At the limit, a death ends the program as it always did (one line, exit 3).
+    allowed = (tff_runtime.worker_restarts_allowed() if restarts < limit
+               else contextlib.nullcontext())
+    try:
+      with allowed:
+        return _train(job, config, output_dir, progress, restarts, death)
+    except Exception:  # pylint: disable=broad-except
+      death = tff_runtime.take_worker_death()
+      if death is None:  # Not the worker: a real error.
+        raise
+      restarts += 1
 
+
+def _train(job: FederatedJob, config, output_dir: str, progress: Optional[bool],
+           restarts: int, death: Optional[tff_runtime.WorkerDeath]) -> Dict[str, Any]:
+  """Starts a worker if none runs, resumes from the latest checkpoint, trains,
+  reports; `restarts` and `death` say how often and why it had to start over."""
   tff_runtime.ensure_local_execution_context()
   client_ids = job.clients.client_ids
   process = job.build_process()
@@ -202,6 +225,10 @@ def run_federated(job: FederatedJob, config, output_dir: str,
   if state is None:
     state = initial_state
     asyncio.run(state_manager.save(state, 0))
+  if death is not None:
+    print(f"{job.name}: the TFF worker (pid {death.pid}) died ({death.describe()}); "
+          f"restart {restarts} of {tff_runtime.max_worker_restarts()}: a new worker "
+          f"resumes from round {done_rounds}", file=sys.stderr, flush=True)
   metrics_csv = tff.program.CSVFileReleaseManager(
       os.path.join(output_dir, "metrics.csv"), key_fieldname="round")
   tensorboard = tff.program.TensorBoardReleaseManager(
@@ -266,6 +293,7 @@ def run_federated(job: FederatedJob, config, output_dir: str,
       "best_round": best_round,
       "clients_per_round": config.clients_per_round,
       "examples_seen": examples_seen,
+      "worker_restarts": restarts,
       **job.round_metrics,
       "test": job.evaluate(server_model, "test"),
   }
