@@ -195,6 +195,8 @@ def run_federated(job: FederatedJob, config, output_dir: str,
   finished = run_directory.open_run(output_dir, job.run_config)
   if finished is not None:
     return finished
+  while tff_runtime.take_worker_death():  # A worker that died after its last
+    pass  # call in an earlier run: ensure_local_execution_context replaces it.
   restarts, death = 0, None
   limit = tff_runtime.max_worker_restarts()
   while True:
