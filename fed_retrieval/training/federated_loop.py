@@ -13,14 +13,15 @@ Convergence: the run stops when the job's monitored validation metric
 `patience` 0 it trains all `rounds` and reports the final model.
 
 Checkpoints appear whole or not at all, and an unreadable one is set aside
-(`checkpoints`). A TFF worker that dies during a run (a crash of its C++
-runtime, the kernel's out-of-memory killer) is replaced and the run resumes
-from its latest checkpoint, up to `tff_runtime.max_worker_restarts()` times
-(`--max_worker_restarts`); results.json counts them (`worker_restarts`). Resuming: everything random is a function of (seed, round), client sampling
-and client shuffles included, and the state is restored from the latest
-checkpoint, so re-running a killed command finishes with the same model as an
-uninterrupted run. Metrics rows after that checkpoint are replaced; the
-validation curve (the stopping rule's only state) is read back from them.
+(`checkpoints`). Resuming: everything random is a function of (seed, round),
+client sampling and client shuffles included, and the state is restored from
+the latest checkpoint, so re-running a killed command finishes with the same
+model as an uninterrupted run. Metrics rows after that checkpoint are
+replaced; the validation curve (the stopping rule's only state) is read back
+from them. A TFF worker that dies during a run (a crash of its C++ runtime,
+the kernel's out-of-memory killer) is replaced and the run resumes the same
+way, up to `tff_runtime.max_worker_restarts()` times (`--max_worker_restarts`);
+results.json counts them (`worker_restarts`).
 """
 
 import asyncio
