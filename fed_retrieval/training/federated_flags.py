@@ -151,7 +151,8 @@ def _optimization_from_flags(defaults) -> dict:
 
 def fedss_config_from_flags(algorithm: str = "fedss") -> FedSSConfig:
   return FedSSConfig(algorithm=algorithm, num_negatives=NUM_NEGATIVES.value,
-                     log_q=LOG_Q.value, row_mean=ROW_MEAN.value, **_optimization_from_flags(_FEDSS_DEFAULTS))
+                     log_q=LOG_Q.value, row_mean=ROW_MEAN.value,
+                     **_optimization_from_flags(_FEDSS_DEFAULTS))
 
 
 def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:

@@ -33,6 +33,7 @@ from fed_retrieval.models import xc_encoder
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_loop
+from tasks import client_data
 from tasks.xc import xc_task
 from tasks.xc.xc_task import XCTask
 
@@ -204,9 +205,10 @@ def train_xc_centralized(task: XCTask, federated: XCFederatedConfig,
   setting = CENTRALIZED_SETTINGS[config.label_assignment]
 
   def train_data() -> tf.data.Dataset:
-    return tf.data.Dataset.from_tensor_slices((inputs, labels.astype(np.int32))).shuffle(
-        len(labels), seed=config.seed, reshuffle_each_iteration=True).batch(
-            config.batch_size).repeat()
+    examples = tf.data.Dataset.from_tensor_slices((inputs, labels.astype(np.int32)))
+    return client_data.batch_for_training(
+        examples, config.batch_size, shuffle_seed=config.seed,
+        shuffle_buffer=len(labels)).repeat()
 
   job = centralized_loop.CentralizedJob(
       name=setting, run_config=_run_config(task, model_config, config),
