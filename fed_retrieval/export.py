@@ -2,11 +2,15 @@
 and the XC classifier (`export_xc_classifier`).
 
 An export directory holds:
-- `query_tower/`: the Keras query tower (context ids [B, L] -> embeddings [B, D]);
-- `item_embeddings.npy`: the item tower's output for every id [V, D] (row 0 is
-  padding and never retrieved);
-- `index/`: a `tfrs.layers.factorized_top_k.BruteForce` SavedModel mapping a
-  context to the top-k item ids and scores (k fixed at export);
+- `query_tower/`: the Keras query tower (context rows [B, L] -> embeddings [B, D]);
+- `item_embeddings.npy`: the item tower's output for every dense row [V, D]
+  (row 0 is padding and never retrieved);
+- `item_ids.npy`: the ratings file's movie id of every row [V] (an export
+  written before dense ids has none and is read as row = movie id);
+- `index/`: a `tfrs.layers.factorized_top_k.BruteForce` SavedModel for
+  serving: the file's movie ids of a context (int64 [B, L], most recent
+  first, 0-padded; unknown ids are ignored) -> top-k scores and movie ids (k
+  fixed at export);
 - `export.json`: vocabulary size, context length, k and the model config.
 """
 
@@ -23,6 +27,8 @@ from fed_retrieval.models import dual_encoder
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.models.xc_encoder import XCEncoderConfig
 from tasks import atomic_output
+from tasks.movielens import item_vocabulary
+from tasks.movielens.item_vocabulary import ItemVocabulary
 
 EXPORT_INFO = "export.json"
 
@@ -35,6 +41,7 @@ class RetrievalExport:
   k: int
   query_tower: tf.keras.Model
   item_embeddings: np.ndarray
+  items: ItemVocabulary
 
   def scores(self, contexts: tf.Tensor) -> tf.Tensor:
     """Scores [B, V] of contexts against every item, as the training model gives."""
@@ -45,28 +52,48 @@ class RetrievalExport:
     return tf.saved_model.load(os.path.join(self.directory, "index"))
 
 
+def query_tower_on_movie_ids(query_tower: tf.keras.Model, items: ItemVocabulary,
+                             max_context_length: int) -> tf.keras.Model:
+  """The query tower fed the file's movie ids: an id the model does not know
+  (and padding, 0) becomes the padding row, i.e. is left out of the context."""
+  movie_ids = tf.keras.Input(shape=(max_context_length,), dtype=tf.int64,
+                             name="movie_ids")
+  rows = tf.keras.layers.IntegerLookup(vocabulary=items.movie_ids[1:],
+                                       num_oov_indices=1, name="movie_id_to_row")(
+                                           movie_ids)
+  return tf.keras.Model(movie_ids, query_tower(tf.cast(rows, tf.int32)),
+                        name="query_tower_on_movie_ids")
+
+
 def _brute_force_index(query_tower: tf.keras.Model, item_embeddings: np.ndarray,
-                       k: int) -> tfrs.layers.factorized_top_k.BruteForce:
-  index = tfrs.layers.factorized_top_k.BruteForce(query_tower, k=k)
-  ids = tf.range(1, item_embeddings.shape[0])  # Padding is never retrieved.
-  index.index(tf.constant(item_embeddings[1:]), ids)
+                       items: ItemVocabulary, k: int, max_context_length: int
+                       ) -> tfrs.layers.factorized_top_k.BruteForce:
+  index = tfrs.layers.factorized_top_k.BruteForce(
+      query_tower_on_movie_ids(query_tower, items, max_context_length), k=k)
+  # Padding (row 0) is never retrieved; the others answer with the file's ids.
+  index.index(tf.constant(item_embeddings[1:]), tf.constant(items.movie_ids[1:]))
   return index
 
 
 def export_model(model: tf.keras.Model, config: dual_encoder.DualEncoderConfig,
-                 export_dir: str, k: int = 10) -> str:
+                 items: ItemVocabulary, export_dir: str, k: int = 10) -> str:
   """Writes the export directory; it appears whole or not at all."""
+  if items.size != config.vocabulary_size:
+    raise ValueError(f"{items.num_items} item ids for a model of "
+                     f"{config.vocabulary_size - 1} items")
   if not 1 <= k < config.vocabulary_size:
     raise ValueError(f"--k={k} must lie in [1, {config.vocabulary_size - 1}] "
                      "(the number of items)")
   with atomic_output.staged_directory(export_dir, "export_dir",
                                       replace=True) as staging:
     query = dual_encoder.query_tower(model)
-    items = dual_encoder.item_embeddings(model).numpy()
+    embeddings = dual_encoder.item_embeddings(model).numpy()
     query.save(os.path.join(staging, "query_tower"), include_optimizer=False)
-    np.save(os.path.join(staging, "item_embeddings.npy"), items)
-    index = _brute_force_index(query, items, k)
-    index(tf.zeros([1, config.max_context_length], tf.int32))  # Build before save.
+    np.save(os.path.join(staging, "item_embeddings.npy"), embeddings)
+    items.save(staging)
+    index = _brute_force_index(query, embeddings, items, k,
+                               config.max_context_length)
+    index(tf.zeros([1, config.max_context_length], tf.int64))  # Build before save.
     tf.saved_model.save(index, os.path.join(staging, "index"))
     with open(os.path.join(staging, EXPORT_INFO), "w") as f:
       json.dump({"k": k, "model_config": json.loads(config.to_json())}, f, indent=2)
@@ -74,8 +101,8 @@ def export_model(model: tf.keras.Model, config: dual_encoder.DualEncoderConfig,
 
 
 def load_export(export_dir: str,
-                expected_vocabulary_size: Optional[int] = None) -> RetrievalExport:
-  """Loads an export; refuses a missing/incomplete one or another vocabulary."""
+                expected_items: Optional[ItemVocabulary] = None) -> RetrievalExport:
+  """Loads an export; refuses a missing/incomplete one or other items."""
   info_path = os.path.join(export_dir, EXPORT_INFO)
   if not os.path.isdir(export_dir):
     raise FileNotFoundError(f"--model_dir={export_dir}: no such export directory")
@@ -84,15 +111,18 @@ def load_export(export_dir: str,
   with open(info_path) as f:
     info = json.load(f)
   config = dual_encoder.DualEncoderConfig.from_json(json.dumps(info["model_config"]))
-  if (expected_vocabulary_size is not None and
-      expected_vocabulary_size != config.vocabulary_size):
+  items = item_vocabulary.load(export_dir, size_if_missing=config.vocabulary_size)
+  if expected_items is not None and expected_items != items:
     raise ValueError(
-        f"--model_dir={export_dir} was exported for a vocabulary of "
-        f"{config.vocabulary_size} items, but the data has {expected_vocabulary_size}")
-  items = np.load(os.path.join(export_dir, "item_embeddings.npy"))
+        f"--model_dir={export_dir} was exported for {items.num_items} movies "
+        f"(ids {items.movie_ids[1]}..{items.movie_ids[-1]}), but the data has "
+        f"{expected_items.num_items} (ids {expected_items.movie_ids[1]}.."
+        f"{expected_items.movie_ids[-1]}): evaluate on the ratings it was trained on")
+  embeddings = np.load(os.path.join(export_dir, "item_embeddings.npy"))
   query = tf.keras.models.load_model(os.path.join(export_dir, "query_tower"),
                                      compile=False)
-  return RetrievalExport(export_dir, config, int(info["k"]), query, items)
+  return RetrievalExport(export_dir, config, int(info["k"]), query, embeddings,
+                         items)
 
 
 def export_xc_classifier(model: tf.keras.Model, config: XCEncoderConfig,

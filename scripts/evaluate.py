@@ -28,10 +28,10 @@ flags.mark_flag_as_required("model_dir")
 def main(argv) -> None:
   del argv
   task = movielens_task.build_task(task_flags.task_config_from_flags())
-  exported = export.load_export(_MODEL_DIR.value, task.vocabulary_size)
+  exported = export.load_export(_MODEL_DIR.value, task.items)
   ks = model_flags.ks_from_flag()
-  if max(ks) >= task.vocabulary_size:
-    raise ValueError(f"--k={max(ks)} exceeds the {task.vocabulary_size - 1} items")
+  if max(ks) > task.items.num_items:
+    raise ValueError(f"--k={max(ks)} exceeds the {task.items.num_items} items")
   if exported.config.max_context_length != task.config.max_context_length:
     raise ValueError(
         f"--max_context_length={task.config.max_context_length}, but "

@@ -13,6 +13,7 @@ from fed_retrieval import export
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.training import run_directory
 from fed_retrieval.training.centralized_loop import CHECKPOINT
+from tasks.movielens import item_vocabulary
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "Output directory of a training run.")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "Where to write the export.")
@@ -27,10 +28,16 @@ def main(argv) -> None:
   if not os.path.isfile(checkpoint + ".index"):
     raise cli.UserError(f"--run_dir={_RUN_DIR.value}: no final checkpoint "
                         f"({CHECKPOINT}); has the run finished?")
+  if not os.path.isfile(os.path.join(_RUN_DIR.value, item_vocabulary.FILE)):
+    raise cli.UserError(
+        f"--run_dir={_RUN_DIR.value}: no {item_vocabulary.FILE}; the run was trained "
+        "before item ids were made dense (its rows are raw movie ids): retrain it "
+        "into a new --output_dir, or use the export it wrote itself")
   config = dual_encoder.DualEncoderConfig.from_json(json.dumps(run_config["model"]))
   model = dual_encoder.build_dual_encoder(config)
   model.load_weights(checkpoint).expect_partial()
-  print(export.export_model(model, config, _EXPORT_DIR.value, _K.value))
+  print(export.export_model(model, config, item_vocabulary.load(_RUN_DIR.value),
+                            _EXPORT_DIR.value, _K.value))
 
 
 if __name__ == "__main__":

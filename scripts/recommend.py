@@ -2,8 +2,10 @@
 
   python -m scripts.recommend --model_dir=runs/central_small/export \
       --history=12,7,31 [--movies_path=ml-1m/movies.dat] [--k=10]
---history lists movie ids in the order watched (most recent last); movies in
-the history are not recommended again unless --include_history.
+--history lists the ratings file's movie ids in the order watched (most recent
+last), and the recommendations are named by the same ids (and titles with
+--movies_path); movies in the history are not recommended again unless
+--include_history.
 """
 
 from scripts import cli  # First: isolates the network, quiets TF.
@@ -27,23 +29,22 @@ flags.mark_flags_as_required(["model_dir", "history"])
 
 def recommend(exported: export.RetrievalExport, history, k: int,
               include_history: bool = False):
-  """[(item id, score)] best first for a history (most recent last)."""
-  vocabulary_size = exported.config.vocabulary_size
+  """[(movie id, score)] best first for a history of movie ids (the ratings
+  file's, most recent last)."""
+  rows = exported.items.rows(history, what="--history: movie id")
+  num_items = exported.items.num_items
+  if not 1 <= k <= num_items:
+    raise ValueError(f"--k={k} must lie in [1, {num_items}] (the model's movies)")
   length = exported.config.max_context_length
-  for item in history:
-    if not 1 <= item < vocabulary_size:
-      raise ValueError(f"--history: movie id {item} is outside the model's "
-                       f"vocabulary [1, {vocabulary_size - 1}]")
-  if not 1 <= k < vocabulary_size:
-    raise ValueError(f"--k={k} must lie in [1, {vocabulary_size - 1}]")
-  recent_first = list(reversed(history))[:length]
+  recent_first = list(reversed(rows))[:length]
   context = np.zeros([1, length], np.int32)
   context[0, :len(recent_first)] = recent_first
   scores = exported.scores(tf.constant(context)).numpy()[0]
   if not include_history:
-    scores[list(history)] = -np.inf
+    scores[rows] = -np.inf
   top = np.argsort(-scores, kind="stable")[:k]
-  return [(int(item), float(scores[item])) for item in top]
+  return [(int(movie), float(scores[row]))
+          for movie, row in zip(exported.items.ids_of_rows(top), top)]
 
 
 def main(argv) -> None:

@@ -81,8 +81,6 @@ _EXAMPLE_SPLIT = flags.DEFINE_list(
 _SHUFFLE_ACROSS_USERS = flags.DEFINE_bool(
     "shuffle_across_users", False,
     "Deal training examples to users at random (IID control, counts kept).")
-_VOCABULARY_SIZE = flags.DEFINE_integer(
-    "vocabulary_size", None, "Item vocabulary size; default: largest id + 1.")
 _DATA_SEED = flags.DEFINE_integer("data_seed", 0, "Seed of the data splits.")
 _CACHE_DIR = flags.DEFINE_string(
     "cache_dir", movielens_task.DEFAULT_CACHE_DIR,
@@ -107,7 +105,6 @@ def task_config_from_flags() -> movielens_task.TaskConfig:
       user_split=_fractions("user_split", _USER_SPLIT.value),
       example_split=_fractions("example_split", _EXAMPLE_SPLIT.value),
       shuffle_across_users=_SHUFFLE_ACROSS_USERS.value,
-      vocabulary_size=_VOCABULARY_SIZE.value,
       seed=_DATA_SEED.value,
       cache_dir=_CACHE_DIR.value)
 

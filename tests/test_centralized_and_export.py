@@ -14,6 +14,7 @@ from fed_retrieval import export
 from fed_retrieval.training import centralized_loop
 from losses.registry import ObjectiveConfig
 from tasks.movielens import movielens_task
+from tasks.movielens.item_vocabulary import ItemVocabulary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -66,15 +67,18 @@ def test_finished_run_resumes_to_its_results_and_refuses_other_configs(
 def test_export_round_trip(small_task, trained_run):
   output_dir, _, _ = trained_run
   exported = export.load_export(os.path.join(output_dir, "export"),
-                                small_task.vocabulary_size)
+                                small_task.items)
   contexts = tf.constant(small_task.federated_test.contexts[:32])
   scores = exported.scores(contexts).numpy()
-  index_scores, index_ids = exported.load_index()(contexts)
+  # The synthetic ids are dense already: movie id = row.
+  index_scores, index_ids = exported.load_index()(tf.cast(contexts, tf.int64))
   np.testing.assert_array_equal(index_ids.numpy(), np.argsort(-scores, axis=1)[:, :10])
   np.testing.assert_allclose(index_scores.numpy(), -np.sort(-scores, axis=1)[:, :10],
                              rtol=1e-5)
-  with pytest.raises(ValueError, match="vocabulary of 401 items, but the data has 500"):
-    export.load_export(os.path.join(output_dir, "export"), 500)
+  with pytest.raises(ValueError, match="exported for 400 movies .ids 1..400., but "
+                     "the data has 500 .ids 1..500."):
+    export.load_export(os.path.join(output_dir, "export"),
+                       ItemVocabulary.of_items(range(1, 501)))
   with pytest.raises(FileNotFoundError, match="no such export directory"):
     export.load_export(os.path.join(output_dir, "missing"))
 

@@ -7,6 +7,7 @@ import sys
 
 import tensorflow as tf
 
+from tasks.movielens import item_vocabulary
 from tasks.movielens import prepared_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +33,7 @@ def test_writes_tfrecords_and_stats(tmp_path):
     stats = json.load(f)
   splits = stats["splits"]
   assert stats["vocabulary_size"] == 401
+  assert item_vocabulary.load(output_dir).num_items == stats["items"] == 400
   assert splits["federated_train"]["users"] == 240
   assert splits["federated_val"]["users"] == splits["federated_test"]["users"] == 30
   assert stats["total_examples"] == stats["total_ratings"] - stats["total_users"]

@@ -106,7 +106,3 @@ def test_shuffle_across_users_keeps_counts_and_examples():
   assert pairs(shuffled) == pairs(examples)
   moved = np.mean(shuffled.labels != examples.labels)
   assert moved > 0.8
-
-
-def test_vocabulary_size_reserves_padding():
-  assert se.vocabulary_size(TIMELINES) == 32

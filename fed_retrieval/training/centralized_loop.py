@@ -172,6 +172,8 @@ class CentralizedJob:
   results: Dict[str, Any]  # Added to results.json.
   # Trivial baselines on the test split, added to results.json after training.
   baselines: Callable[[], Dict[str, Any]] = dict
+  # Writes the run's own files beside its config (the MovieLens item ids).
+  write_files: Callable[[str], Any] = lambda directory: None
 
 
 def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, Any]:
@@ -181,7 +183,7 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
   eval_every_steps, stopping_rule, optimizer, learning_rate,
   steps_per_execution and seed.
   """
-  finished = run_directory.open_run(output_dir, job.run_config)
+  finished = run_directory.open_run(output_dir, job.run_config, job.write_files)
   if finished is not None:
     return finished
   epochs, steps_per_epoch = training_schedule(job.num_examples, config.batch_size,
@@ -242,7 +244,7 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
   splits = {"validation": curve, "test": test}
   job = CentralizedJob(
       name=f"centralized {config.objective.loss}",
-      run_config={"setting": "centralized", "task": task.config.describe(),
+      run_config={"setting": "centralized", "task": task.describe(),
                   "model": dataclasses.asdict(model_config),
                   "training": dataclasses.asdict(config)},
       build_model=lambda: dual_encoder.build_dual_encoder(model_config,
@@ -254,9 +256,10 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
       evaluate=lambda model, split: retrieval_evaluation.evaluate(
           model, splits[split], config.ks, config.batch_size),
       monitored=f"global_recall@{max(config.ks)}",
-      export=lambda model, directory: export.export_model(model, model_config,
-                                                          directory),
+      export=lambda model, directory: export.export_model(
+          model, model_config, task.items, directory),
       results={"setting": "centralized", "loss": config.objective.loss},
+      write_files=task.items.save,
       baselines=lambda: {"most_popular_baseline": retrieval_evaluation.evaluate(
           retrieval_evaluation.popularity_score_fn(train, task.vocabulary_size),
           test, config.ks, config.batch_size)})

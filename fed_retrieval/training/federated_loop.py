@@ -183,6 +183,8 @@ class FederatedJob:
   export: Callable[[tf.keras.Model, str], None]
   results: Dict[str, Any]  # Added to results.json.
   round_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+  # Writes the run's own files beside its config (the MovieLens item ids).
+  write_files: Callable[[str], Any] = lambda directory: None
 
 
 def run_federated(job: FederatedJob, config, output_dir: str,
@@ -193,7 +195,7 @@ def run_federated(job: FederatedJob, config, output_dir: str,
   batch_size, eval_every, checkpoint_every, patience, min_delta, smoothing and
   seed.
   """
-  finished = run_directory.open_run(output_dir, job.run_config)
+  finished = run_directory.open_run(output_dir, job.run_config, job.write_files)
   if finished is not None:
     return finished
   while tff_runtime.take_worker_death():  # A worker that died after its last
@@ -308,7 +310,8 @@ def movielens_job_parts(task: MovieLensTask,
                         model_config: dual_encoder.DualEncoderConfig,
                         config: FederatedConfig) -> Dict[str, Any]:
   """The `FederatedJob` fields every MovieLens algorithm shares: the users as
-  clients, the dual encoder, recall on the validation / test users, export."""
+  clients, the dual encoder, recall on the validation / test users, export,
+  and the item ids written beside the run."""
   splits = {"validation": task.federated_val, "test": task.federated_test}
   return dict(
       clients=client_data.ClientDatasets.from_examples(task.federated_train),
@@ -316,8 +319,9 @@ def movielens_job_parts(task: MovieLensTask,
       evaluate=lambda model, split: retrieval_evaluation.evaluate(
           model, splits[split], config.ks, config.batch_size),
       monitored=f"global_recall@{max(config.ks)}",
-      export=lambda model, directory: export.export_model(model, model_config,
-                                                          directory))
+      export=lambda model, directory: export.export_model(
+          model, model_config, task.items, directory),
+      write_files=task.items.save)
 
 
 def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: str,
@@ -328,7 +332,7 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
   setting = setting_name(task, config)
   job = FederatedJob(
       name=f"{setting} {config.objective.loss}",
-      run_config={"setting": setting, "task": task.config.describe(),
+      run_config={"setting": setting, "task": task.describe(),
                   "model": dataclasses.asdict(model_config),
                   "training": dataclasses.asdict(config)},
       build_process=lambda: fedavg.build_learning_process(

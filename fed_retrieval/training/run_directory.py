@@ -12,7 +12,7 @@ import errno
 import fcntl
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 RUN_CONFIG = "run_config.json"
 RESULTS = "results.json"
@@ -60,6 +60,20 @@ def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:
   return json.loads(json.dumps(config, sort_keys=True))
 
 
+def config_differences(existing: Dict[str, Any], config: Dict[str, Any],
+                       prefix: str = "") -> List[Tuple[str, Any, Any]]:
+  """(dotted key, existing value, new value) of every setting that differs,
+  nested settings named by their path (`task.items`); None where absent."""
+  differences = []
+  for key in sorted(set(existing) | set(config)):
+    old, new = existing.get(key), config.get(key)
+    if isinstance(old, dict) and isinstance(new, dict):
+      differences += config_differences(old, new, f"{prefix}{key}.")
+    elif old != new:
+      differences.append((f"{prefix}{key}", old, new))
+  return differences
+
+
 def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
   """Locks, creates or re-opens `output_dir` for `config`; refuses another config."""
   lock_run_directory(output_dir)
@@ -69,9 +83,8 @@ def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
     with open(path) as f:
       existing = json.load(f)
     if existing != config:
-      keys = sorted(set(existing) | set(config))
-      differing = [f"{k}: {existing.get(k)!r} -> {config.get(k)!r}"
-                   for k in keys if existing.get(k) != config.get(k)]
+      differing = [f"{key}: {old!r} -> {new!r}"
+                   for key, old, new in config_differences(existing, config)]
       raise ValueError(
           f"--output_dir={output_dir} holds a run with another configuration "
           f"({'; '.join(differing)}); use a new --output_dir or the same flags")
@@ -102,8 +115,13 @@ def write_json(path: str, value: Dict[str, Any]) -> None:
     raise RunDirectoryError(describe_write_error(path, e)) from e
 
 
-def open_run(output_dir: str, run_config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-  """Claims `output_dir` for `run_config`; the results if the run has finished."""
+def open_run(output_dir: str, run_config: Dict[str, Any],
+             write_files: Callable[[str], Any] = lambda directory: None
+             ) -> Optional[Dict[str, Any]]:
+  """Claims `output_dir` for `run_config` and writes the run's own files there
+  (`write_files(output_dir)`, e.g. the item ids of its rows); the results if
+  the run has finished."""
   claim_run_directory(output_dir, run_config)
+  write_files(output_dir)
   results_path = os.path.join(output_dir, RESULTS)
   return read_json(results_path) if os.path.isfile(results_path) else None

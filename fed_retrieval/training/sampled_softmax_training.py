@@ -61,7 +61,7 @@ def train_sampled_softmax(task: MovieLensTask, loop: FederatedConfig,
   setting = f"federated_{algorithm.algorithm}"
   job = federated_loop.FederatedJob(
       name=f"{setting} {LOSS}",
-      run_config={"setting": setting, "task": task.config.describe(),
+      run_config={"setting": setting, "task": task.describe(),
                   "model": dataclasses.asdict(model_config),
                   "training": dataclasses.asdict(loop),
                   "algorithm": dataclasses.asdict(algorithm)},

@@ -8,6 +8,7 @@ from typing import Dict, Optional, Tuple
 
 import pandas as pd
 
+from tasks.movielens import item_vocabulary
 from tasks.movielens import ratings_io
 from tasks.movielens import sequence_examples
 from tasks.movielens import synthetic_movielens
@@ -27,7 +28,6 @@ class TaskConfig:
   user_split: Tuple[float, ...] = (0.8, 0.1, 0.1)
   example_split: Tuple[float, ...] = (0.9, 0.1)
   shuffle_across_users: bool = False
-  vocabulary_size: Optional[int] = None
   seed: int = 0
   cache_dir: str = DEFAULT_CACHE_DIR
 
@@ -52,15 +52,25 @@ class TaskConfig:
 
 @dataclasses.dataclass(frozen=True)
 class MovieLensTask:
-  """Examples of one ratings log: by user (federated) and by example (centralized)."""
+  """Examples of one ratings log: by user (federated) and by example
+  (centralized). Item ids in the examples are dense rows of `items`."""
   config: TaskConfig
-  vocabulary_size: int
+  items: item_vocabulary.ItemVocabulary
   num_ratings: int
   federated_train: Examples
   federated_val: Examples
   federated_test: Examples
   centralized_train: Examples
   centralized_test: Examples
+
+  @property
+  def vocabulary_size(self) -> int:
+    """Rows of the item table: the file's movies + padding."""
+    return self.items.size
+
+  def describe(self) -> Dict[str, object]:
+    """The task's settings and the fingerprint of its items (for run directories)."""
+    return {**self.config.describe(), **self.items.describe()}
 
   def split(self, name: str) -> Examples:
     splits = {"train": self.federated_train, "val": self.federated_val,
@@ -86,6 +96,8 @@ class MovieLensTask:
     return {
         "source": self.config.ratings_path or f"synthetic:{self.config.synthetic}",
         "vocabulary_size": self.vocabulary_size,
+        "items": self.items.num_items,
+        "largest_item_id": int(self.items.movie_ids[-1]),
         "total_ratings": self.num_ratings,
         "total_users": self.federated_train.num_users +
                        self.federated_val.num_users +
@@ -117,13 +129,10 @@ def load_ratings(config: TaskConfig) -> pd.DataFrame:
 
 
 def build_task(config: TaskConfig) -> MovieLensTask:
-  """Reads the ratings and builds every split of the task."""
+  """Reads the ratings, numbers their movies densely and builds every split."""
   ratings = load_ratings(config)
-  data_vocabulary = sequence_examples.vocabulary_size(ratings)
-  vocabulary_size = config.vocabulary_size or data_vocabulary
-  if vocabulary_size < data_vocabulary:
-    raise ValueError(f"--vocabulary_size={vocabulary_size} is smaller than the "
-                     f"data's largest item id + 1 ({data_vocabulary})")
+  items = item_vocabulary.ItemVocabulary.of_items(ratings["item_id"])
+  ratings = ratings.assign(item_id=items.rows(ratings["item_id"]))
   examples = sequence_examples.sliding_window_examples(
       ratings, config.max_context_length, config.min_timeline_length,
       config.max_examples_per_user)
@@ -136,5 +145,5 @@ def build_task(config: TaskConfig) -> MovieLensTask:
     train = sequence_examples.shuffle_across_users(train, config.seed)
   centralized_train, centralized_test = sequence_examples.split_by_example(
       examples, config.example_split, config.seed)
-  return MovieLensTask(config, vocabulary_size, len(ratings), train, val, test,
+  return MovieLensTask(config, items, len(ratings), train, val, test,
                        centralized_train, centralized_test)

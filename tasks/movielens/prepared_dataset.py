@@ -1,4 +1,5 @@
-"""Writes a task's centralized examples as TFRecord files plus `stats.json`.
+"""Writes a task's centralized examples as TFRecord files, `stats.json` and
+`item_ids.npy` (the ratings file's movie id of each dense item id in the records).
 
 The output directory appears whole or not at all: everything is written to a
 temporary sibling directory that is renamed at the end.
@@ -40,10 +41,12 @@ def write_tfrecord(examples: Examples, path: str) -> None:
 
 
 def write_prepared_dataset(task: MovieLensTask, output_dir: str) -> dict:
-  """Writes train.tfrecord, test.tfrecord and stats.json; returns the stats."""
+  """Writes train.tfrecord, test.tfrecord, stats.json and item_ids.npy;
+  returns the stats."""
   with atomic_output.staged_directory(output_dir) as staging:
     write_tfrecord(task.centralized_train, os.path.join(staging, "train.tfrecord"))
     write_tfrecord(task.centralized_test, os.path.join(staging, "test.tfrecord"))
+    task.items.save(staging)
     stats = task.statistics()
     stats["config"] = task.config.describe()
     with open(os.path.join(staging, "stats.json"), "w") as f:

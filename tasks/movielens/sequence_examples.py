@@ -57,11 +57,6 @@ def check_fractions(fractions: Sequence[float], flag_name: str) -> Tuple[float, 
   return fractions
 
 
-def vocabulary_size(ratings: pd.DataFrame) -> int:
-  """Largest item id + 1: row 0 of every embedding table is padding."""
-  return int(ratings["item_id"].max()) + 1
-
-
 def sliding_window_examples(ratings: pd.DataFrame,
                             max_context_length: int = 10,
                             min_timeline_length: int = 3,
