@@ -52,10 +52,15 @@ class ClientDatasets:
     return len(self._points[client_id])
 
   def training_dataset(self, client_id: str, batch_size: int, epochs: int = 1,
-                       shuffle_seed: Optional[int] = None) -> tf.data.Dataset:
+                       shuffle_seed: Optional[int] = None,
+                       max_steps: Optional[int] = None) -> tf.data.Dataset:
     """`epochs` passes over the client's examples (each pass in its own order
-    when seeded), batched, the short last batch kept."""
+    when seeded), batched, the short last batch kept; with `max_steps`, only
+    the first that many batches (a client with more examples trains on a
+    seeded sample of them)."""
     _check_batching(batch_size, epochs)
+    if max_steps is not None and max_steps < 1:
+      raise ValueError(f"--max_local_steps must be >= 1, got {max_steps}")
     if client_id not in self._points:
       raise KeyError(f"unknown client id {client_id}")
     points = self._points[client_id]
@@ -63,6 +68,8 @@ class ClientDatasets:
     rows = np.concatenate([
         points[rng.permutation(len(points))] if shuffle_seed is not None else points
         for _ in range(epochs)])
+    if max_steps is not None:
+      rows = rows[:max_steps * batch_size]
     inputs = (tuple(a[rows] for a in self._inputs) if isinstance(self._inputs, tuple)
               else self._inputs[rows])
     return tf.data.Dataset.from_tensor_slices((inputs, self._labels[rows])).batch(

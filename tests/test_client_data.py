@@ -1,6 +1,7 @@
 """Client datasets: one per user, lazily built, batched without dropping examples."""
 
 import numpy as np
+import pytest
 
 from tasks import client_data
 from tasks.movielens import sequence_examples as se
@@ -35,6 +36,21 @@ def test_batching_keeps_the_short_last_batch_and_shuffles_each_epoch():
   assert np.array_equal(np.concatenate([l for _, l in again]), labels)
   unshuffled = data.training_dataset("3", 2, 2).unbatch()
   assert [int(l) for _, l in unshuffled] == [10, 11, 12, 10, 11, 12]
+
+
+def test_max_steps_caps_a_clients_batches_with_a_seeded_sample():
+  data = client_data.ClientDatasets.from_examples(make_examples())
+  capped = [l for _, l in data.training_dataset(
+      "3", batch_size=1, shuffle_seed=4, max_steps=2).as_numpy_iterator()]
+  assert len(capped) == 2 and set(np.concatenate(capped)) < {10, 11, 12}
+  other_rounds = {tuple(np.concatenate([l for _, l in data.training_dataset(
+      "3", 1, shuffle_seed=seed, max_steps=2).as_numpy_iterator()]))
+                  for seed in range(20)}
+  assert len(other_rounds) > 1  # Each round's seed draws its own sample.
+  small = data.training_dataset("5", batch_size=4, max_steps=2)
+  assert [len(l) for _, l in small.as_numpy_iterator()] == [1]
+  with pytest.raises(ValueError, match="--max_local_steps must be >= 1, got 0"):
+    data.training_dataset("3", 1, max_steps=0)
 
 
 def test_centralized_dataset_covers_every_example_once():

@@ -51,6 +51,10 @@ CLIENTS_PER_ROUND = flags.DEFINE_integer("clients_per_round",
                                          "Clients sampled per round.")
 LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs,
                                     "Passes over its data a client makes per round.")
+MAX_LOCAL_STEPS = flags.DEFINE_integer(
+    "max_local_steps", None,
+    "Cap of the batches a client trains on per round: a client holding more "
+    "trains on a fresh sample of them each round (default: no cap).")
 CLIENT_OPTIMIZER = flags.DEFINE_enum("client_optimizer", _DEFAULTS.client_optimizer,
                                      list(OPTIMIZER_NAMES), "FedAvg client optimizer.")
 CLIENT_LEARNING_RATE = flags.DEFINE_float(
@@ -124,7 +128,7 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       algorithm=_DEFAULTS.algorithm if algorithm in fedss.ALGORITHMS else algorithm,
       rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
-      batch_size=model_flags.BATCH_SIZE.value,
+      max_local_steps=MAX_LOCAL_STEPS.value, batch_size=model_flags.BATCH_SIZE.value,
       client_optimizer=CLIENT_OPTIMIZER.value,
       client_learning_rate=_or(CLIENT_LEARNING_RATE.value,
                                _DEFAULTS.client_learning_rate),
@@ -166,6 +170,7 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
       fedss=fedss_config_from_flags(), architecture=XC_ARCHITECTURE.value,
       logit_scale=LOGIT_SCALE.value, rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
+      max_local_steps=MAX_LOCAL_STEPS.value,
       batch_size=model_flags.BATCH_SIZE.value, eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value, patience=PATIENCE.value,
       min_delta=MIN_DELTA.value,
@@ -191,6 +196,7 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       rounds=given(ROUNDS, loop.rounds),
       clients_per_round=given(CLIENTS_PER_ROUND, loop.clients_per_round),
       local_epochs=given(LOCAL_EPOCHS, loop.local_epochs),
+      max_local_steps=given(MAX_LOCAL_STEPS, loop.max_local_steps),
       batch_size=given(model_flags.BATCH_SIZE, loop.batch_size),
       client_optimizer=given(CLIENT_OPTIMIZER, loop.client_optimizer),
       **_optimization_from_flags(loop),

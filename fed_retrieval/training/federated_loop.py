@@ -71,6 +71,7 @@ class FederatedConfig:
   rounds: int = 300
   clients_per_round: int = 100
   local_epochs: int = 1
+  max_local_steps: Optional[int] = None
   batch_size: int = 16
   client_optimizer: str = "sgd"
   client_learning_rate: float = 1.0
@@ -97,6 +98,8 @@ def check_loop_settings(config) -> None:
                "eval_every", "checkpoint_every"):
     if getattr(config, name) < 1:
       raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
+  if config.max_local_steps is not None and config.max_local_steps < 1:
+    raise ValueError(f"--max_local_steps must be >= 1, got {config.max_local_steps}")
   stopping_rule(config)
 
 
@@ -121,7 +124,8 @@ def _client_seed(seed: int, round_num: int, index: int) -> int:
 def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
                    config: FederatedConfig, round_num: int) -> List[tf.data.Dataset]:
   return [data.training_dataset(client, config.batch_size, config.local_epochs,
-                                _client_seed(config.seed, round_num, i))
+                                _client_seed(config.seed, round_num, i),
+                                config.max_local_steps)
           for i, client in enumerate(clients)]
 
 
@@ -192,7 +196,7 @@ def run_federated(job: FederatedJob, config, output_dir: str,
   """Trains (or resumes, or returns the finished run's results) and exports.
 
   `config` gives the loop's settings: rounds, clients_per_round, local_epochs,
-  batch_size, eval_every, checkpoint_every, patience, min_delta, smoothing and
+  max_local_steps, batch_size, eval_every, checkpoint_every, patience, min_delta, smoothing and
   seed.
   """
   finished = run_directory.open_run(output_dir, job.run_config, job.write_files)

@@ -60,6 +60,14 @@ def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:
   return json.loads(json.dumps(config, sort_keys=True))
 
 
+def _without_unset(config: Any) -> Any:
+  """The config without its None settings: a setting added to the code after
+  a run was made, left unset (None), does not make that run another one."""
+  if not isinstance(config, dict):
+    return config
+  return {k: _without_unset(v) for k, v in config.items() if v is not None}
+
+
 def config_differences(existing: Dict[str, Any], config: Dict[str, Any],
                        prefix: str = "") -> List[Tuple[str, Any, Any]]:
   """(dotted key, existing value, new value) of every setting that differs,
@@ -82,7 +90,7 @@ def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
   if os.path.isfile(path):
     with open(path) as f:
       existing = json.load(f)
-    if existing != config:
+    if _without_unset(existing) != _without_unset(config):
       differing = [f"{key}: {old!r} -> {new!r}"
                    for key, old, new in config_differences(existing, config)]
       raise ValueError(

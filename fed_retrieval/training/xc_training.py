@@ -57,6 +57,7 @@ class XCFederatedConfig:
   rounds: int = 300
   clients_per_round: int = 100
   local_epochs: int = 1
+  max_local_steps: Optional[int] = None
   batch_size: int = 16
   eval_every: int = 5
   checkpoint_every: int = 5
