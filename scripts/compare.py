@@ -66,12 +66,14 @@ _CENTRALIZED_LEARNING_RATE = flags.DEFINE_float(
     "centralized_learning_rate", 0.01, "Learning rate of the centralized runs "
     f"(--task=xc: {_XC_CENTRALIZED.learning_rate}).")
 _CENTRALIZED_MAX_EPOCHS = flags.DEFINE_integer(
-    "centralized_max_epochs", 10, "Cap of the converged centralized runs (passes; "
+    "centralized_max_epochs", None, "Cap of the converged centralized runs, in "
+    "passes (default: as many examples as --rounds federated rounds train on; "
     f"--task=xc: {_XC_CENTRALIZED.epochs}).")
 _CENTRALIZED_EVAL_EVERY_STEPS = flags.DEFINE_integer(
-    "centralized_eval_every_steps", 10_000,
-    "Validation evaluation of the centralized runs every N batches (--task=xc: "
-    "once a pass).")
+    "centralized_eval_every_steps", None,
+    "Validation evaluation of the centralized runs every N batches (default: "
+    "every as many examples as --eval_every federated rounds train on; "
+    "--task=xc: once a pass).")
 _CENTRALIZED_REFERENCES = flags.DEFINE_bool(
     "centralized_references", True,
     "--task=xc: also train the centralized references (full softmax on one label a "

@@ -4,10 +4,15 @@ import csv
 import os
 import subprocess
 import sys
+import types
 
+import numpy as np
 import pytest
 
 from fed_retrieval.reports import comparison
+from fed_retrieval.training.centralized_loop import CentralizedConfig
+from fed_retrieval.training.federated_loop import FederatedConfig
+from tasks.movielens import sequence_examples
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,6 +78,26 @@ def test_reports(tmp_path):
     assert f.read() == table
   with open(os.path.join(tmp_path, "recall_curves.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
+  counts = [10, 40, 100]
+  users = np.repeat([1, 2, 3], counts)
+  task = types.SimpleNamespace(federated_train=sequence_examples.Examples(
+      users, np.zeros((users.size, 2), np.int32), np.ones(users.size, np.int32)))
+  federated = FederatedConfig(clients_per_round=2, max_local_steps=2, eval_every=5,
+                              rounds=31)
+  # A round: 2 clients of the mean of min(n, 2 * 16) = (10 + 32 + 32) / 3 examples.
+  per_round = 2 * 74 / 3
+  assert comparison.federated_examples_per_round(task, federated) == pytest.approx(
+      per_round)
+  matched = comparison.with_federated_schedule(
+      CentralizedConfig(epochs=None), task, federated)
+  assert matched.eval_every_steps == round(5 * per_round / 16) == 15
+  assert matched.steps == round(31 * per_round / 16) == 96
+  given = comparison.with_federated_schedule(
+      CentralizedConfig(epochs=3, eval_every_steps=7), task, federated)
+  assert (given.epochs, given.steps, given.eval_every_steps) == (3, None, 7)
 
 
 def test_compare_script_end_to_end(tmp_path):

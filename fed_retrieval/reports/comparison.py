@@ -24,6 +24,7 @@ import math
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -58,6 +59,35 @@ def federated_settings(include_shuffled: bool, include_fedsgd: bool
   if include_fedsgd:
     settings["federated_sgd"] = ({}, {"algorithm": "fedsgd"})
   return settings
+
+
+def federated_examples_per_round(task: movielens_task.MovieLensTask,
+                                 federated: FederatedConfig) -> float:
+  """The examples a federated round trains on, on average: its clients' local
+  epochs, each client capped at `max_local_steps` batches."""
+  per_user = np.array([stop - start for start, stop in
+                       task.federated_train.user_ranges().values()])
+  per_user = per_user * federated.local_epochs
+  if federated.max_local_steps is not None:
+    per_user = np.minimum(per_user, federated.max_local_steps * federated.batch_size)
+  return float(per_user.mean()) * min(federated.clients_per_round, per_user.size)
+
+
+def with_federated_schedule(centralized: CentralizedConfig,
+                            task: movielens_task.MovieLensTask,
+                            federated: FederatedConfig) -> CentralizedConfig:
+  """The centralized runs on the federated runs' clock, where not set: an
+  evaluation every as many examples as `eval_every` federated rounds train on
+  (so patience means as many examples in both settings) and, without an
+  `epochs` cap, a cap of as many examples as `rounds` rounds."""
+  per_round = federated_examples_per_round(task, federated)
+  steps = lambda rounds: max(1, round(rounds * per_round / centralized.batch_size))
+  changes = {}
+  if centralized.eval_every_steps is None:
+    changes["eval_every_steps"] = steps(federated.eval_every)
+  if centralized.epochs is None and centralized.steps is None:
+    changes["steps"] = steps(federated.rounds)
+  return dataclasses.replace(centralized, **changes)
 
 
 def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str],
@@ -107,6 +137,8 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
     if budget == "matched":
       config = dataclasses.replace(config, steps=math.ceil(
           federated_rows[0]["examples_seen"] / federated.batch_size))
+    else:
+      config = with_federated_schedule(config, tasks[()], federated)
     central = centralized_loop.train_centralized(
         tasks[()], config, os.path.join(output_dir, f"centralized_{loss}"),
         embedding_dim)

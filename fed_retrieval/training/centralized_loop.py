@@ -38,7 +38,7 @@ BEST_WEIGHTS = os.path.join("best", "weights")
 class CentralizedConfig:
   """How the centralized model is trained.
 
-  The budget is `epochs` passes, or `steps` batches; the validation users are
+  The budget is `steps` batches, or else `epochs` passes; the validation users are
   evaluated every `eval_every_steps` (default: once per pass). With `patience`
   > 0 training stops once that many evaluations have not improved validation
   recall@max(k), and the best evaluated model is reported (split 'user'
@@ -47,7 +47,7 @@ class CentralizedConfig:
   """
   objective: registry.ObjectiveConfig = registry.ObjectiveConfig()
   batch_size: int = 16
-  epochs: int = 1
+  epochs: Optional[int] = 1
   steps: Optional[int] = None
   eval_every_steps: Optional[int] = None
   patience: int = 0
@@ -62,9 +62,7 @@ class CentralizedConfig:
   def __post_init__(self):
     if self.split not in ("example", "user"):
       raise ValueError(f"--split_by must be 'example' or 'user', got '{self.split}'")
-    if self.epochs < 1:
-      raise ValueError(f"--epochs must be >= 1, got {self.epochs}")
-    for name in ("steps", "eval_every_steps"):
+    for name in ("epochs", "steps", "eval_every_steps"):
       if getattr(self, name) is not None and getattr(self, name) < 1:
         raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
     if self.patience and self.split != "user":
@@ -88,7 +86,7 @@ def model_config_for(task: MovieLensTask, objective: registry.Objective,
       spreadout=objective.spreadout)
 
 
-def training_schedule(num_examples: int, batch_size: int, epochs: int,
+def training_schedule(num_examples: int, batch_size: int, epochs: Optional[int],
                       steps: Optional[int], eval_every_steps: Optional[int] = None
                       ) -> Tuple[int, int]:
   """(Keras epochs, steps per epoch): a Keras epoch ends with an evaluation.
@@ -98,6 +96,8 @@ def training_schedule(num_examples: int, batch_size: int, epochs: int,
   of that many steps. The total is rounded up to whole chunks.
   """
   steps_per_pass = math.ceil(num_examples / batch_size)
+  if steps is None and epochs is None:
+    raise ValueError("a centralized run needs a budget: --epochs or --steps")
   total = steps if steps is not None else epochs * steps_per_pass
   if eval_every_steps is not None:
     return math.ceil(total / eval_every_steps), eval_every_steps
