@@ -55,7 +55,9 @@ def build_learning_process(model_fn: ModelFn, config
                            ) -> tff.learning.templates.LearningProcess:
   """FedAvg (weighted by examples) or FedSGD with the optimizers of `config`
   (`algorithm`, `client_optimizer`, `client_learning_rate`, `server_optimizer`,
-  `server_learning_rate`: a `federated_loop.FederatedConfig`)."""
+  `server_learning_rate`: a `federated_loop.FederatedConfig`, its client
+  learning rate resolved)."""
+  config = config.resolved()
   server_optimizer = optimizers.tff_optimizer(
       config.server_optimizer, config.server_learning_rate, "server_optimizer")
   if config.algorithm == "fedsgd":

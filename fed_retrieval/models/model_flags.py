@@ -29,7 +29,9 @@ HINGE_POWER = flags.DEFINE_integer(
     "1: max(0, margin - s); 2: its square (the paper's code).")
 TEMPERATURE = flags.DEFINE_float("temperature", 0.05,
                                  "Softmax temperature of the softmax losses.")
-MARGIN = flags.DEFINE_float("margin", 0.9, "Margin of the hinge loss (on cosine).")
+MARGIN = flags.DEFINE_float(
+    "margin", None, "Margin of the hinge loss (on cosine; default: MovieLens "
+    f"{registry.DEFAULT_MARGIN}, FedAwS 0.9).")
 BATCH_SIZE = flags.DEFINE_integer("batch_size", 16, "Training batch size.")
 EMBEDDING_DIM = flags.DEFINE_integer("embedding_dim", 16,
                                      "Item embedding and output dimension.")
@@ -54,7 +56,8 @@ def spreadout_from_flags() -> Optional[spreadout.SpreadoutWeights]:
 def objective_config_from_flags(loss: str) -> registry.ObjectiveConfig:
   return registry.ObjectiveConfig(
       loss=loss, spreadout=spreadout_from_flags(), temperature=TEMPERATURE.value,
-      margin=MARGIN.value, hinge_power=HINGE_POWER.value)
+      margin=registry.DEFAULT_MARGIN if MARGIN.value is None else MARGIN.value,
+      hinge_power=HINGE_POWER.value)
 
 
 def ks_from_flag() -> tuple:

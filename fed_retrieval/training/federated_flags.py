@@ -11,6 +11,7 @@ from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
 from fed_retrieval.models import model_flags
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.training import federated_loop
 from fed_retrieval.training import pu_training
 from fed_retrieval.training import xc_training
 from fed_retrieval.training.federated_loop import FederatedConfig
@@ -54,12 +55,15 @@ LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs,
 MAX_LOCAL_STEPS = flags.DEFINE_integer(
     "max_local_steps", None,
     "Cap of the batches a client trains on per round: a client holding more "
-    "trains on a fresh sample of them each round (default: no cap).")
+    "trains on a fresh sample of them each round; 0: no cap (default: MovieLens "
+    f"{_DEFAULTS.max_local_steps}, XC and PU no cap).")
 CLIENT_OPTIMIZER = flags.DEFINE_enum("client_optimizer", _DEFAULTS.client_optimizer,
                                      list(OPTIMIZER_NAMES), "FedAvg client optimizer.")
 CLIENT_LEARNING_RATE = flags.DEFINE_float(
     "client_learning_rate", None,
-    f"Client learning rate (default {_DEFAULTS.client_learning_rate}; FedAwS: "
+    "Client learning rate (default: MovieLens softmax losses "
+    f"{federated_loop.SOFTMAX_CLIENT_LEARNING_RATE}, hinge losses "
+    f"{federated_loop.HINGE_CLIENT_LEARNING_RATE}; FedAwS: "
     f"{_XC_DEFAULTS.client_learning_rate}; FedSS: "
     f"{_FEDSS_DEFAULTS.client_learning_rate}).")
 SERVER_OPTIMIZER = flags.DEFINE_enum(
@@ -128,10 +132,10 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       algorithm=_DEFAULTS.algorithm if algorithm in fedss.ALGORITHMS else algorithm,
       rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
-      max_local_steps=MAX_LOCAL_STEPS.value, batch_size=model_flags.BATCH_SIZE.value,
+      max_local_steps=_max_local_steps(_DEFAULTS.max_local_steps),
+      batch_size=model_flags.BATCH_SIZE.value,
       client_optimizer=CLIENT_OPTIMIZER.value,
-      client_learning_rate=_or(CLIENT_LEARNING_RATE.value,
-                               _DEFAULTS.client_learning_rate),
+      client_learning_rate=CLIENT_LEARNING_RATE.value,
       server_optimizer=_or(SERVER_OPTIMIZER.value, _DEFAULTS.server_optimizer),
       server_learning_rate=_or(SERVER_LEARNING_RATE.value,
                                _DEFAULTS.server_learning_rate),
@@ -143,6 +147,12 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
 
 def _or(value, default):
   return default if value is None else value
+
+
+def _max_local_steps(default):
+  """--max_local_steps, 0 meaning no cap; `default` when not given."""
+  value = _or(MAX_LOCAL_STEPS.value, default)
+  return None if value == 0 else value
 
 
 def _optimization_from_flags(defaults) -> dict:
@@ -162,7 +172,8 @@ def fedss_config_from_flags(algorithm: str = "fedss") -> FedSSConfig:
 def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
   """The XC run the flags describe (both families' settings; --algorithm picks)."""
   fedaws_config = FedAwSConfig(
-      hinge_margin=model_flags.MARGIN.value, spreadout=SPREADOUT.value,
+      hinge_margin=_or(model_flags.MARGIN.value, _XC_DEFAULTS.hinge_margin),
+      spreadout=SPREADOUT.value,
       spreadout_k=SPREADOUT_K.value, spreadout_lambda=SPREADOUT_LAMBDA.value,
       spreadout_margin=SPREADOUT_MARGIN.value, **_optimization_from_flags(_XC_DEFAULTS))
   return xc_training.XCFederatedConfig(
@@ -170,7 +181,7 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
       fedss=fedss_config_from_flags(), architecture=XC_ARCHITECTURE.value,
       logit_scale=LOGIT_SCALE.value, rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
-      max_local_steps=MAX_LOCAL_STEPS.value,
+      max_local_steps=_max_local_steps(_XC_LOOP_DEFAULTS.max_local_steps),
       batch_size=model_flags.BATCH_SIZE.value, eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value, patience=PATIENCE.value,
       min_delta=MIN_DELTA.value,
@@ -196,7 +207,7 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       rounds=given(ROUNDS, loop.rounds),
       clients_per_round=given(CLIENTS_PER_ROUND, loop.clients_per_round),
       local_epochs=given(LOCAL_EPOCHS, loop.local_epochs),
-      max_local_steps=given(MAX_LOCAL_STEPS, loop.max_local_steps),
+      max_local_steps=_max_local_steps(loop.max_local_steps),
       batch_size=given(model_flags.BATCH_SIZE, loop.batch_size),
       client_optimizer=given(CLIENT_OPTIMIZER, loop.client_optimizer),
       **_optimization_from_flags(loop),

@@ -41,7 +41,8 @@ class PUFederatedConfig:
   conv_filters: Tuple[int, ...] = (32, 64)
   dense_units: int = 128
   federated: federated_loop.FederatedConfig = federated_loop.FederatedConfig(
-      rounds=60, clients_per_round=10, local_epochs=5, batch_size=16,
+      rounds=60, clients_per_round=10, local_epochs=5, max_local_steps=None,
+      batch_size=16,
       client_learning_rate=0.05, server_optimizer="sgd", server_learning_rate=1.0,
       eval_every=5, checkpoint_every=10, patience=0)
 
