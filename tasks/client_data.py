@@ -56,8 +56,8 @@ class ClientDatasets:
                        max_steps: Optional[int] = None) -> tf.data.Dataset:
     """`epochs` passes over the client's examples (each pass in its own order
     when seeded), batched, the short last batch kept; with `max_steps`, only
-    the first that many batches (a client with more examples trains on a
-    seeded sample of them)."""
+    the first that many batches (seeded, a client with more examples trains on
+    a fresh sample of them for each seed)."""
     _check_batching(batch_size, epochs)
     if max_steps is not None and max_steps < 1:
       raise ValueError(f"--max_local_steps must be >= 1, got {max_steps}")
