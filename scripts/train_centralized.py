@@ -18,6 +18,15 @@ from tasks.movielens import movielens_task
 
 _EPOCHS = flags.DEFINE_integer("epochs", 1, "Passes over the training data.")
 _STEPS = flags.DEFINE_integer("steps", None, "Train this many batches instead.")
+_EVAL_EVERY_STEPS = flags.DEFINE_integer(
+    "eval_every_steps", None,
+    "Evaluate on the validation users every N batches (default: once a pass).")
+_PATIENCE = flags.DEFINE_integer(
+    "patience", 0, "Stop once N evaluations have not improved validation recall "
+    "(needs --split_by=user; 0: train all --epochs); the best model is reported.")
+_MIN_DELTA = flags.DEFINE_float(
+    "min_delta", 0.01, "Relative improvement of validation recall that resets the "
+    "patience (as the federated runs and the comparison).")
 _OPTIMIZER = flags.DEFINE_string("optimizer", "adam", "sgd, sgdm, adam or adagrad.")
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "Learning rate.")
 _SPLIT_BY = flags.DEFINE_enum(
@@ -33,7 +42,8 @@ def main(argv) -> None:
   config = centralized_loop.CentralizedConfig(
       objective=model_flags.objective_config_from_flags(model_flags.LOSS.value),
       batch_size=model_flags.BATCH_SIZE.value, epochs=_EPOCHS.value,
-      steps=_STEPS.value, optimizer=_OPTIMIZER.value,
+      steps=_STEPS.value, eval_every_steps=_EVAL_EVERY_STEPS.value,
+      patience=_PATIENCE.value, min_delta=_MIN_DELTA.value, optimizer=_OPTIMIZER.value,
       learning_rate=_LEARNING_RATE.value, seed=model_flags.SEED.value,
       split=_SPLIT_BY.value, ks=model_flags.ks_from_flag())
   results = centralized_loop.train_centralized(

@@ -1,0 +1,98 @@
+"""The commands README.md and the Makefile show, and a check of their flags.
+
+`commands_in_markdown` finds every `python -m scripts.NAME ...` of a Markdown
+text (code blocks, with their `\\` continuations and trailing comments, and
+inline code spans), `commands_in_makefile` those of the Makefile's recipes.
+`flag_problems` checks each flag against the script's own absl parser in a
+child process (scripts define some flags of the same name, so one process
+imports one script); no command is run.
+"""
+
+import dataclasses
+import json
+import re
+import shlex
+import subprocess
+import sys
+from typing import Dict, List, Sequence
+
+from tests import script_runs
+
+_SCRIPT = re.compile(r"python3? -m scripts\.(\w+)")
+_INLINE_CODE = re.compile(r"`([^`]*)`", re.S)
+_MAKE_TARGET = re.compile(r"^([\w-]+):", re.M)
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+  script: str
+  args: List[str]
+  where: str  # "README.md:123": the line the command starts on.
+
+
+def _command(text: str, where: str) -> Command:
+  match = _SCRIPT.search(text)
+  rest = text[match.end():].replace("\\\n", " ").replace("\n", " ")
+  args = [arg.strip("[]") for arg in shlex.split(rest, comments=True)]
+  args = [arg for arg in args if arg.startswith("-")]  # Optional flags: [--flag].
+  return Command(match.group(1), args, where)
+
+
+def commands_in_markdown(text: str, name: str = "README.md") -> List[Command]:
+  """Every script command of a Markdown text, in order."""
+  commands = []
+  in_block = False
+  lines = text.split("\n")
+  i = 0
+  while i < len(lines):
+    line = lines[i]
+    if line.lstrip().startswith("```"):
+      in_block = not in_block
+    elif in_block and _SCRIPT.search(line):
+      start = i
+      while lines[i].rstrip().endswith("\\"):
+        i += 1
+      commands.append(_command("\n".join(lines[start:i + 1]), f"{name}:{start + 1}"))
+    i += 1
+  outside = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+  for match in _INLINE_CODE.finditer(outside):
+    if _SCRIPT.search(match.group(1)):
+      line = outside.count("\n", 0, match.start()) + 1
+      commands.append(_command(match.group(1), f"{name}:{line}"))
+  return commands
+
+
+def commands_in_makefile(text: str, name: str = "Makefile") -> List[Command]:
+  """Every script command of a Makefile's recipes (`$(PY) -m scripts.NAME`)."""
+  text = text.replace("$(PY) -m", "python -m")
+  return commands_in_markdown("```\n" + text + "\n```", name)
+
+
+def make_targets(text: str) -> List[str]:
+  """The targets a Makefile defines."""
+  return _MAKE_TARGET.findall(text)
+
+
+def make_targets_named(markdown: str) -> List[str]:
+  """The targets of every `make TARGET` a Markdown text names."""
+  return re.findall(r"(?:^|`|= )make ([a-z][\w-]*)", markdown, flags=re.M)
+
+
+def flag_problems(commands: Sequence[Command]) -> List[str]:
+  """One line per flag no script parser accepts (unknown name or a value its
+  parser refuses), naming where the command is."""
+  by_script: Dict[str, List[Command]] = {}
+  for command in commands:
+    by_script.setdefault(command.script, []).append(command)
+  problems = []
+  for script, script_commands in sorted(by_script.items()):
+    request = json.dumps([script, [[c.where, c.args] for c in script_commands]])
+    result = subprocess.run([sys.executable, "-m", "tests.check_script_flags"],
+                            input=request, capture_output=True, text=True,
+                            cwd=script_runs.ROOT, check=False)
+    if result.returncode != 0:
+      problems.append(f"scripts.{script}: cannot be imported: "
+                      f"{result.stderr.strip().splitlines()[-1:]}")
+      continue
+    problems.extend(json.loads(result.stdout.strip().splitlines()[-1]))
+  return problems
