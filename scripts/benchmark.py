@@ -1,4 +1,4 @@
-"""Throughput of the federated simulation and centralized Keras vs a tight loop.
+r"""Throughput of the federated simulation and centralized Keras vs a tight loop.
 
   python -m scripts.benchmark --synthetic=ml1m --loss=batch_softmax
 Prints one JSON object: federated_examples_per_sec, centralized_examples_per_sec,
@@ -67,4 +67,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[task_flags.MOVIELENS_FLAGS, ("Model", None, (
+      model_flags.LOSS, model_flags.BATCH_SIZE, model_flags.SEED))])

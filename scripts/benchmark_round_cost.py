@@ -1,4 +1,4 @@
-"""Seconds per round and peak memory of FedSS (or full softmax) at a label-space size.
+r"""Seconds per round and peak memory of FedSS (or full softmax) at a label-space size.
 
   python -m scripts.benchmark_round_cost --num_classes=100000 --algorithm=fedss \
       --num_negatives=500

@@ -1,4 +1,4 @@
-"""Seconds and peak memory of FedAwS's server spreadout step (eq. 8, top-k).
+r"""Seconds and peak memory of FedAwS's server spreadout step (eq. 8, top-k).
 
   python -m scripts.benchmark_spreadout --num_classes=100000 --dim=128 \
       --updated_classes=1000 --spreadout_k=10

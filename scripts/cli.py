@@ -1,4 +1,4 @@
-"""What every script does first: quiet TF logs, a private network, clean errors.
+r"""What every script does first: quiet TF logs, a private network, clean errors.
 
 Import this module before TensorFlow: it must isolate the network while the
 process is still single-threaded (see `tff_runtime.isolate_network`).
@@ -7,7 +7,7 @@ process is still single-threaded (see `tff_runtime.isolate_network`).
 import logging as std_logging
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # gRPC (TFF's worker channel) prints fork notices when the worker is started
@@ -29,12 +29,74 @@ logging.set_verbosity(logging.WARNING)
 std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
 
 
+# A titled group of flags --help lists: (title, the --task it serves or None
+# for every task, absl FlagHolders).
+HelpGroup = Tuple[str, Optional[str], Sequence[flags.FlagHolder]]
+HELP_ARGS = ("-h", "-?", "--help", "-help", "--helpshort")
+MAX_HELP_LINES = 100
+
+
 class UserError(Exception):
   """Bad input (a flag, a file, a directory): reported in one line, exit code 2."""
 
 
-def run(main: Callable[[Sequence[str]], None]) -> None:
-  """`absl.app.run` that turns bad input into one clear error line."""
+def help_text(doc: str, own_flags: Sequence[flags.Flag],
+              groups: Sequence[HelpGroup], task: str = "movielens") -> str:
+  """The script's usage (`doc`) and the flags it reads for `task`, a line each
+  with its default: its own first, then `groups` (a flag shown once). The
+  usage is cut to its first example if the whole would pass MAX_HELP_LINES."""
+  shown = set()
+  flag_lines: List[str] = []
+  other_tasks = sorted({group_task for _, group_task, _ in groups
+                        if group_task not in (None, task)})
+  for title, flag_list in [("This script", own_flags)] + [
+      (title, [flags.FLAGS[holder.name] for holder in holders])
+      for title, group_task, holders in groups if group_task in (None, task)]:
+    flag_list = [flag for flag in flag_list if flag.name not in shown]
+    if flag_list:
+      flag_lines += ["", f"{title}:"] + [_flag_line(flag) for flag in flag_list]
+      shown.update(flag.name for flag in flag_list)
+  flag_lines.append("")
+  if other_tasks:
+    flag_lines.append(f"The flags of another task: --task={'|'.join(other_tasks)} --help.")
+  flag_lines.append("Every flag, TensorFlow's too: --helpfull.")
+  usage = doc.strip().splitlines()
+  if len(usage) + len(flag_lines) > MAX_HELP_LINES:
+    examples = [i for i, line in enumerate(usage) if line.lstrip().startswith("python -m")]
+    usage = usage[:examples[1]] if len(examples) > 1 else usage
+    usage.append("(More examples: README.md, Scripts.)")
+  return "\n".join(usage + flag_lines)
+
+
+def _task_in(args: Sequence[str]) -> str:
+  """The --task of a command line not parsed yet ('movielens' if none)."""
+  for i, arg in enumerate(args):
+    if arg.startswith("--task="):
+      return arg.split("=", 1)[1]
+    if arg == "--task" and i + 1 < len(args):
+      return args[i + 1]
+  return "movielens"
+
+
+def _flag_line(flag: flags.Flag) -> str:
+  """`  --name=default  the first sentence of its help`."""
+  default = flag.default
+  if isinstance(default, (list, tuple)):
+    default = ",".join(str(v) for v in default)
+  name = f"--{flag.name}" + ("" if default is None else f"={default}")
+  first_sentence = " ".join(flag.help.split()).split(". ")[0].rstrip(".")
+  return f"  {name:<32} {first_sentence}"
+
+
+def run(main: Callable[[Sequence[str]], None],
+        help_groups: Sequence[HelpGroup] = ()) -> None:
+  """`absl.app.run` that turns bad input into one clear error line; --help
+  lists the script's own flags and `help_groups` (the project flags it reads)."""
+  if any(arg in HELP_ARGS for arg in sys.argv[1:]):
+    own = flags.FLAGS.flags_by_module_dict().get(sys.argv[0], [])
+    print(help_text(sys.modules["__main__"].__doc__ or "", own, help_groups,
+                    _task_in(sys.argv[1:])))
+    sys.exit(0)
   from tasks.movielens.ratings_io import RatingsFormatError  # pylint: disable=g-import-not-at-top
 
   import tensorflow as tf  # pylint: disable=g-import-not-at-top

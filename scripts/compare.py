@@ -1,4 +1,4 @@
-"""The main jobs: centralized vs federated retrieval (MovieLens), FedAwS (XC).
+r"""The main jobs: centralized vs federated retrieval (MovieLens), FedAwS (XC).
 
   python -m scripts.compare --synthetic=ml1m --output_dir=runs/compare \
       [--losses=batch_softmax,hinge_spreadout] [--include_shuffled] [--include_fedsgd] \
@@ -145,4 +145,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[*task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS,
+                               model_flags.RUN_FLAGS, *federated_flags.ALL_FLAGS])

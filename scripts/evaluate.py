@@ -1,4 +1,4 @@
-"""Recall@k over the full vocabulary from an exported model alone.
+r"""Recall@k over the full vocabulary from an exported model alone.
 
   python -m scripts.evaluate --model_dir=runs/central_small/export \
       --synthetic=small --split=centralized_test --k=1,5,10
@@ -46,4 +46,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[task_flags.MOVIELENS_FLAGS, ("Evaluation", None, (
+      model_flags.BATCH_SIZE, model_flags.KS))])

@@ -1,4 +1,4 @@
-"""Exports a training run's checkpoint: query tower, item embeddings, top-k index.
+r"""Exports a training run's checkpoint: query tower, item embeddings, top-k index.
 
   python -m scripts.export --run_dir=runs/central_small --export_dir=/tmp/export --k=10
 """

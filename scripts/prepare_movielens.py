@@ -1,4 +1,4 @@
-"""Prepares a MovieLens (or synthetic) ratings log: TFRecord examples + stats.json.
+r"""Prepares a MovieLens (or synthetic) ratings log: TFRecord examples + stats.json.
 
   python -m scripts.prepare_movielens --synthetic=ml1m --output_dir=/tmp/ml1m
   python -m scripts.prepare_movielens --ratings_path=ml-1m/ratings.dat \
@@ -26,4 +26,4 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[task_flags.MOVIELENS_FLAGS])

@@ -1,4 +1,4 @@
-"""Top-k recommendations for a viewing history, from an exported model.
+r"""Top-k recommendations for a viewing history, from an exported model.
 
   python -m scripts.recommend --model_dir=runs/central_small/export \
       --history=12,7,31 [--movies_path=ml-1m/movies.dat] [--k=10]

@@ -1,4 +1,4 @@
-"""Centralized training of the dual encoder (the reference for federated runs).
+r"""Centralized training of the dual encoder (the reference for federated runs).
 
   python -m scripts.train_centralized --synthetic=small --loss=hinge_spreadout \
       --epochs=3 --output_dir=runs/central_small
@@ -53,4 +53,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[task_flags.MOVIELENS_FLAGS, model_flags.MODEL_FLAGS,
+                               model_flags.RUN_FLAGS])

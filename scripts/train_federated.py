@@ -1,4 +1,4 @@
-"""Federated training with TFF, resumable: the MovieLens dual encoder (FedAvg,
+r"""Federated training with TFF, resumable: the MovieLens dual encoder (FedAvg,
 FedSGD, or FedSS's sampled global softmax) or, with --task=xc, the XC classifier
 (FedAwS, FedSS or a baseline).
 
@@ -82,4 +82,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[*task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS,
+                               model_flags.RUN_FLAGS, *federated_flags.ALL_FLAGS])

@@ -194,3 +194,22 @@ def pu_task_config_from_flags() -> pu_task.PUTaskConfig:
       setting=next(iter(pu_settings_from_flags().values())),
       labeled_fraction=_LABELED_FRACTION.value, priors=_CLASS_PRIORS.value,
       seed=_DATA_SEED.value)
+
+
+# What --help lists for each task family (`scripts.cli.run(help_groups=...)`):
+# (title, the --task it serves or None for all, flags).
+TASK_FLAGS = ("Task", None, (TASK,))
+MOVIELENS_FLAGS = ("MovieLens data", "movielens", (
+    _RATINGS_PATH, _SYNTHETIC, _MAX_CONTEXT_LENGTH, _MIN_TIMELINE_LENGTH,
+    _MAX_EXAMPLES_PER_USER, _USER_SPLIT, _EXAMPLE_SPLIT, _SHUFFLE_ACROSS_USERS,
+    _DATA_SEED, _CACHE_DIR))
+XC_FLAGS = ("XC data", "xc", (
+    _DATA_SEED, _XC_TRAIN_PATH, _XC_TEST_PATH, _SYNTHETIC_XC, _PARTITION, _LABELS_PER_CLIENT,
+    _NUM_CLIENTS, _DIRICHLET_ALPHA, _XC_LABEL_ASSIGNMENT, _XC_MAX_FEATURES,
+    _XC_FEATURE_SCALING, _XC_VALIDATION_FRACTION, _XC_CLASS_SPLIT,
+    _XC_HELD_OUT_CLASS_FRACTION))
+PU_FLAGS = ("PU data", "pu", (_DATA_SEED,
+    _PU_DATA, _MNIST_PATH, _CIFAR_PATH, _PU_SETTINGS, _POSITIVE_CLASSES_PER_CLIENT,
+    _PU_NUM_CLIENTS, _POSITIVE_CLASSES, _PU_OVERLAP, _PU_DIVISION, _PU_SHARDS_PER_CLIENT,
+    _LABELED_FRACTION, _CLASS_PRIORS))
+ALL_FLAGS = (TASK_FLAGS, MOVIELENS_FLAGS, XC_FLAGS, PU_FLAGS)

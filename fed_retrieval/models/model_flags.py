@@ -68,3 +68,11 @@ def ks_from_flag() -> tuple:
   if any(k < 1 for k in ks):
     raise ValueError(f"--k values must be >= 1, got {list(ks)}")
   return ks
+
+
+# What --help lists (`scripts.cli.run(help_groups=...)`): the dual encoder's
+# flags (--task=movielens) and those every task reads.
+MODEL_FLAGS = ("Dual encoder and loss", "movielens", (
+    LOSS, SPREADOUT_WEIGHT, CONTEXT_SPREADOUT_WEIGHT, CROSS_SPREADOUT_WEIGHT,
+    SPREADOUT_FORM, HINGE_POWER, TEMPERATURE, MARGIN, EMBEDDING_DIM))
+RUN_FLAGS = ("Run", None, (BATCH_SIZE, SEED, KS, OUTPUT_DIR))

@@ -123,6 +123,20 @@ MIN_DELTA = flags.DEFINE_float(
     "(0.01: 1% better than the best so far).")
 
 
+# What --help lists (`scripts.cli.run(help_groups=...)`).
+FEDERATED_FLAGS = ("Federated training", None, (
+    ALGORITHM, ROUNDS, CLIENTS_PER_ROUND, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER,
+    CLIENT_LEARNING_RATE, SERVER_OPTIMIZER, SERVER_LEARNING_RATE, EVAL_EVERY,
+    CHECKPOINT_EVERY, PATIENCE, MIN_DELTA, SMOOTHING, MAX_WORKER_RESTARTS))
+FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", None, (NUM_NEGATIVES, LOG_Q, ROW_MEAN))
+XC_MODEL_FLAGS = ("FedAwS and the XC model", "xc", (
+    model_flags.MARGIN, SPREADOUT, SPREADOUT_K, SPREADOUT_LAMBDA, SPREADOUT_MARGIN, XC_ARCHITECTURE,
+    LOGIT_SCALE))
+PU_MODEL_FLAGS = ("FedPU and the image model", "pu", (
+    PU_SURROGATE, NON_NEGATIVE, CONV_FILTERS, DENSE_UNITS))
+ALL_FLAGS = (FEDERATED_FLAGS, FEDSS_FLAGS, XC_MODEL_FLAGS, PU_MODEL_FLAGS)
+
+
 def federated_config_from_flags(loss: str) -> FederatedConfig:
   """The MovieLens run the flags describe. With a FedSS --algorithm (sampled
   global softmax), the loop's settings: its algorithm field stays FedAvg's."""

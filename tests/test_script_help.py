@@ -1,0 +1,68 @@
+"""--help of every script: its usage and the project flags it reads, a line
+each with its default, under ~100 lines, without TensorFlow's flags."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.script_runs import ROOT
+
+# Flags each script's --help must list (for the --task given), beyond its own.
+_EXPECTED = {
+    ("train_federated", "movielens"): {"ratings_path", "loss", "max_local_steps",
+                                       "rounds", "patience", "output_dir", "pu_method"},
+    ("train_federated", "xc"): {"xc_train_path", "spreadout_lambda", "margin", "rounds"},
+    ("train_federated", "pu"): {"pu_data", "labeled_fraction", "pu_surrogate"},
+    ("compare", "movielens"): {"losses", "centralized_max_epochs", "synthetic",
+                               "eval_every", "num_negatives"},
+    ("compare", "xc"): {"algorithms", "partition", "spreadout_k"},
+    ("compare", "pu"): {"methods", "pu_settings", "conv_filters"},
+    ("train_centralized", None): {"epochs", "patience", "eval_every_steps", "loss",
+                                  "ratings_path", "output_dir", "spreadout_weight"},
+    ("prepare_movielens", None): {"ratings_path", "user_split", "output_dir"},
+    ("evaluate", None): {"model_dir", "split", "k", "ratings_path"},
+    ("export", None): {"run_dir", "export_dir", "k"},
+    ("recommend", None): {"model_dir", "history", "movies_path"},
+    ("benchmark", None): {"rounds", "steps_per_execution", "loss", "synthetic"},
+    ("benchmark_round_cost", None): {"num_classes", "num_negatives"},
+    ("benchmark_spreadout", None): {"num_classes", "updated_classes"},
+}
+# Project flags no script reads for --task=movielens but another task does.
+_OTHER_TASKS = {"xc_train_path", "pu_data", "spreadout_lambda", "pu_surrogate"}
+
+
+def _help(script, *args):
+  result = subprocess.run([sys.executable, "-m", f"scripts.{script}", "--help", *args],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr
+  return result.stdout
+
+
+@pytest.mark.parametrize("script,task", sorted(_EXPECTED, key=str))
+def test_help_lists_the_flags_the_script_reads_with_defaults(script, task):
+  text = _help(script, *([f"--task={task}"] if task else []))
+  lines = text.splitlines()
+  listed = set(re.findall(r"^  --(\w+)", text, flags=re.M))
+  assert len(lines) <= 100
+  assert _EXPECTED[(script, task)] <= listed
+  assert not listed & {"test_srcdir", "xml_output_file", "logtostderr", "only_check_args"}
+  if task == "movielens":
+    assert not listed & _OTHER_TASKS
+    assert "--task=pu|xc --help" in text
+  assert "  --rounds=300 " in text or script != "train_federated"
+
+
+def test_every_task_together_lists_every_project_flag_of_train_federated():
+  listed = set()
+  for task in ("movielens", "xc", "pu"):
+    listed |= set(re.findall(r"^  --(\w+)", _help("train_federated", f"--task={task}"),
+                             flags=re.M))
+  everything = subprocess.run(
+      [sys.executable, "-c", "from scripts import cli; import scripts.train_federated; "
+       "from absl import flags; print(' '.join(f.name for m, fs in "
+       "flags.FLAGS.flags_by_module_dict().items() if m.startswith(('fed_retrieval', "
+       "'tasks', 'scripts')) for f in fs))"],
+      cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+  assert set(everything) - listed == set()
