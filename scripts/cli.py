@@ -6,7 +6,9 @@ process is still single-threaded (see `tff_runtime.isolate_network`).
 
 import logging as std_logging
 import os
+import signal
 import sys
+import threading
 from typing import Callable, List, Optional, Sequence, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -20,8 +22,42 @@ from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
 from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
+from fed_retrieval.training import progress  # pylint: disable=g-import-not-at-top
 
 tff_runtime.isolate_network()
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C.
+
+
+def _exit_on_interrupt() -> None:
+  """Ctrl-C ends the program at once with one line, whatever it is doing.
+
+  Python raises KeyboardInterrupt only between bytecodes of the main thread,
+  which can sit for minutes in one TFF or TensorFlow call. So SIGINT is
+  blocked in every thread (set before any starts, inherited by all) and one
+  thread waits for it. Ending at once loses nothing: checkpoints and results
+  are written atomically, and a re-run resumes from the last checkpoint (the
+  TFF worker dies with the program). A program started with SIGINT ignored
+  (a background job) keeps ignoring it, and a program that is not one of the
+  scripts (pytest importing this module) keeps its own Ctrl-C.
+  """
+  main_spec = getattr(sys.modules["__main__"], "__spec__", None)
+  if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN or
+      not getattr(main_spec, "name", "").startswith("scripts.")):
+    return
+  signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+  def wait() -> None:
+    signal.sigwait({signal.SIGINT})
+    position = progress.last_position()
+    sys.stdout.flush()
+    print(f"\ninterrupted{f' at {position}' if position else ''}; re-run the same "
+          "command to resume from its last checkpoint", file=sys.stderr, flush=True)
+    os._exit(INTERRUPTED_EXIT_CODE)  # pylint: disable=protected-access
+
+  threading.Thread(target=wait, name="interrupt", daemon=True).start()
+
+
+_exit_on_interrupt()
 logging.set_verbosity(logging.WARNING)
 # TensorFlow's Python warnings about Keras saving internals ("compiled metrics
 # have yet to be built", non-serializable __init__ arguments) are not the

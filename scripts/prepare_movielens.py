@@ -6,6 +6,7 @@ r"""Prepares a MovieLens (or synthetic) ratings log: TFRecord examples + stats.j
 """
 
 import json
+import sys
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
@@ -21,6 +22,8 @@ flags.mark_flag_as_required("output_dir")
 def main(argv) -> None:
   del argv
   task = movielens_task.build_task(task_flags.task_config_from_flags())
+  for problem in task.empty_split_problems():
+    print(f"warning: {problem}", file=sys.stderr)
   stats = prepared_dataset.write_prepared_dataset(task, _OUTPUT_DIR.value)
   print(json.dumps(stats, indent=2))
 

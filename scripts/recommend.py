@@ -56,8 +56,13 @@ def main(argv) -> None:
   exported = export.load_export(_MODEL_DIR.value)
   titles = (movies_io.read_movie_titles(_MOVIES_PATH.value)
             if _MOVIES_PATH.value else {})
-  for rank, (item, score) in enumerate(
-      recommend(exported, history, _K.value, _INCLUDE_HISTORY.value), start=1):
+  recommendations = recommend(exported, history, _K.value, _INCLUDE_HISTORY.value)
+  if titles:  # Echo the history, so a typo in an id shows as the wrong movie.
+    print("history (most recent last):")
+    for item in history:
+      print(f"     {item:6d}  {titles.get(item, '(not in --movies_path)')}")
+    print(f"top {_K.value}:")
+  for rank, (item, score) in enumerate(recommendations, start=1):
     print(f"{rank:3d}. {item:6d}  {score:+.4f}  {titles.get(item, '')}".rstrip())
 
 

@@ -2,7 +2,15 @@
 
 from scripts import cli  # noqa: F401  First: isolates the network, quiets TF.
 
+import signal
+
 import pytest
+
+# pytest-xdist's workers ignore SIGINT and children inherit that: a script a
+# test interrupts would never see it, and the worker TFF's import-time default
+# context starts would never stop on the SIGINT TFF sends it when that context
+# is replaced (the test session would hang). Children get the default back.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,6 @@
 """Helpers for tests that run the training scripts as real processes."""
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,20 +11,12 @@ SMALL_RUN = ["--synthetic=small", "--loss=hinge_spreadout", "--rounds=8",
              "--eval_every=4", "--checkpoint_every=2", "--patience=0", "--seed=3"]
 
 
-def default_sigint() -> None:
-  """A child's SIGINT back to the default: pytest-xdist's workers ignore it,
-  children inherit that, and Python then never turns it into KeyboardInterrupt
-  (a Ctrl-C test would wait for the program to end by itself)."""
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def run_script(output_dir, cache, *extra, prefix=()):
   """Starts scripts.train_federated on the small preset (`prefix`: a wrapper command)."""
   return subprocess.Popen(
       [*prefix, sys.executable, "-m", "scripts.train_federated", *SMALL_RUN, *extra,
        f"--output_dir={output_dir}", f"--cache_dir={cache}"],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-      preexec_fn=default_sigint)
+      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def worker_pids():

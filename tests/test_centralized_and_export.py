@@ -1,6 +1,7 @@
 """Centralized training on the small preset, resume, export round trip, evaluate job."""
 
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -108,6 +109,18 @@ def test_evaluate_job_agrees_with_training(trained_run, tmp_path):
   lines = recommended.stdout.strip().splitlines()
   assert [line.split()[0] for line in lines] == ["1.", "2.", "3."]
   assert not {5, 9, 17} & {int(line.split()[1]) for line in lines}
+  movies = tmp_path / "movies.csv"
+  movies.write_text("movieId,title,genres\n5,Five (1995),Drama\n9,Nine (1996),Drama\n")
+  echoed = run_script("recommend", f"--model_dir={reexport}", "--history=5,9,17",
+                      "--k=2", f"--movies_path={movies}")
+  assert echoed.returncode == 0, echoed.stderr
+  assert echoed.stdout.splitlines()[:5] == [
+      "history (most recent last):", "          5  Five (1995)", "          9  Nine (1996)",
+      "         17  (not in --movies_path)", "top 2:"]
+  unknown = run_script("recommend", f"--model_dir={reexport}", "--history=5,4000")
+  assert unknown.returncode == 2
+  assert unknown.stderr.strip().splitlines()[-1].startswith(
+      "error: --history: movie id 4000 is not one of the 400 movies the model knows")
 
 
 @pytest.mark.parametrize("script,args,message", [
@@ -121,3 +134,38 @@ def test_scripts_reject_bad_input_by_name(script, args, message):
   result = run_script(script, *args)
   assert result.returncode != 0
   assert message in result.stderr
+
+
+def test_a_finished_run_given_more_epochs_trains_on_to_one_run_of_them(
+    small_task, tmp_path):
+  config = centralized_loop.CentralizedConfig(objective=ObjectiveConfig("global_softmax"),
+                                              epochs=1, split="user")
+  longer = dataclasses.replace(config, epochs=2)
+  extended = str(tmp_path / "extended")
+  centralized_loop.train_centralized(small_task, config, extended)
+  results = centralized_loop.train_centralized(small_task, longer, extended)
+  expected = centralized_loop.train_centralized(small_task, longer, str(tmp_path / "one"))
+  assert results["steps"] == expected["steps"] == 2 * (results["steps"] // 2)
+  losses = {}
+  for name in ("extended", "one"):
+    with open(os.path.join(tmp_path, name, "metrics.csv")) as f:
+      rows = list(csv.DictReader(f))
+    assert [int(row["epoch"]) for row in rows] == [0, 1]
+    losses[name] = [float(row["loss"]) for row in rows]
+  # The second pass goes on from the first one's weights and optimizer state
+  # (Keras restores no data order: its batches differ from the single run's).
+  assert losses["extended"][0] == losses["one"][0]
+  assert losses["extended"][1] == pytest.approx(losses["one"][1], rel=0.05)
+  assert losses["extended"][1] < 0.9 * losses["extended"][0]
+
+
+def test_the_curve_of_an_example_split_run_is_named_test(small_task, tmp_path):
+  config = centralized_loop.CentralizedConfig(objective=ObjectiveConfig("batch_softmax"),
+                                              steps=50, split="example")
+  centralized_loop.train_centralized(small_task, config, str(tmp_path))
+  with open(os.path.join(tmp_path, "metrics.csv")) as f:
+    rows = list(csv.DictReader(f))
+  assert rows and all(row["test_global_recall@10"] for row in rows)
+  # (Keras's CSVLogger adds empty val_ columns when a log has none.)
+  assert not [key for row in rows for key, value in row.items()
+              if key.startswith("val_") and value]

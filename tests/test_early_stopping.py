@@ -82,13 +82,13 @@ def test_keras_callback_stops_and_keeps_the_best_weights(tmp_path):
 
   metrics_path = str(tmp_path / "metrics.csv")
   callback = centralized_loop.ValidationAndStopping(
-      evaluate, StoppingRule(patience=3), "val_global_recall@10", steps_per_epoch=5,
+      evaluate, StoppingRule(patience=3), "val", "global_recall@10", steps_per_epoch=5,
       batch_size=4, best_path=str(tmp_path / "best" / "weights"),
-      metrics_path=metrics_path, label="test")
+      metrics_path=metrics_path, label="test", epochs=9, output_dir=str(tmp_path))
   data = tf.data.Dataset.from_tensor_slices(
       (np.ones((20, 2), np.float32), np.zeros((20, 1), np.float32))).batch(4).repeat()
   model.fit(data, epochs=9, steps_per_epoch=5, verbose=0,
-            callbacks=[callback, tf.keras.callbacks.CSVLogger(metrics_path)])
+            callbacks=[callback])
   assert [step for step, _ in callback.curve] == [5, 10, 15, 20, 25, 30, 35]
   model.load_weights(str(tmp_path / "best" / "weights"))
   np.testing.assert_array_equal(model.get_weights()[0], weights_at[20])
@@ -98,7 +98,7 @@ def test_keras_callback_stops_and_keeps_the_best_weights(tmp_path):
   assert [int(r["examples_seen"]) for r in rows] == [20 * (i + 1) for i in range(7)]
   # A resumed run (Keras epoch 4 onwards) reads the earlier curve back.
   resumed = centralized_loop.ValidationAndStopping(
-      evaluate, StoppingRule(patience=3), "val_global_recall@10", 5, 4,
-      str(tmp_path / "b"), metrics_path, "test")
+      evaluate, StoppingRule(patience=3), "val", "global_recall@10", 5, 4,
+      str(tmp_path / "b"), metrics_path, "test", 9, str(tmp_path))
   resumed.on_epoch_begin(4)
   assert resumed.curve == CURVE[:4]

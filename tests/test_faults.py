@@ -5,6 +5,7 @@ import csv
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,6 +38,12 @@ def uninterrupted(cache_dir, tmp_path_factory):
 def results_of(output_dir):
   with open(os.path.join(output_dir, "results.json")) as f:
     return json.load(f)
+
+
+def _not_progress(stderr):
+  """stderr's lines but the task's progress lines ('MovieLens: reading ...')."""
+  return [line for line in stderr.strip().splitlines()
+          if not line.startswith("MovieLens: ")]
 
 
 def finish(output_dir, cache_dir):
@@ -124,7 +131,7 @@ def test_a_second_run_on_the_same_directory_is_refused(cache_dir, tmp_path):
   _, stderr = second.communicate(timeout=300)
   assert first.poll() is None, "the first run should still be running"
   assert second.returncode == 2
-  assert stderr.strip().splitlines() == [
+  assert _not_progress(stderr) == [
       f"error: --output_dir={tmp_path} is in use by another run (pid {first.pid}); "
       "wait for it to finish or use another --output_dir"]
   first.send_signal(signal.SIGINT)
@@ -147,6 +154,26 @@ def test_a_read_only_output_directory_is_one_clear_error(cache_dir, tmp_path):
   process = run_script(read_only / "run", cache_dir, prefix=wrapper)
   _, stderr = process.communicate(timeout=300)
   assert process.returncode == 2
-  assert stderr.strip().splitlines() == [
+  assert _not_progress(stderr) == [
       f"error: --output_dir={read_only}/run: cannot write {read_only}/run: "
       "the file system is read-only"]
+
+
+def test_ctrl_c_ends_the_run_at_once_in_one_line_and_a_rerun_resumes(
+    cache_dir, uninterrupted, tmp_path):
+  process = run_script(tmp_path, cache_dir)
+  wait_for_round(tmp_path, 3)
+  workers = workers_of(process.pid)
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=60)
+  assert process.returncode == 130
+  last = stderr.strip().splitlines()[-1]
+  assert last.startswith("interrupted at federated hinge_spreadout: round ")
+  assert last.endswith("/8; re-run the same command to resume from its last checkpoint")
+  assert "Traceback" not in stderr
+  time.sleep(1)
+  assert workers and not workers & worker_pids(), "a TFF worker outlived its program"
+  stderr = finish(tmp_path, cache_dir)
+  assert re.search(r"federated hinge_spreadout: resuming from round [2-8] in", stderr)
+  assert "round 8/8, loss" in stderr and "left" in stderr
+  assert results_of(tmp_path) == uninterrupted

@@ -1,6 +1,7 @@
 """Federated runs on the small preset: learning, IID control, resume after SIGKILL."""
 
 import csv
+import dataclasses
 import json
 import os
 import signal
@@ -57,6 +58,8 @@ def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
   assert results["examples_seen"] == sum(int(float(r["train_num_examples"])) for r in rows)
   popularity = 0.0446  # Most-popular recall@10 on the small preset's test users.
   assert results["test"]["global_recall@10"] > 1.5 * popularity
+  assert results["most_popular_baseline"]["global_recall@10"] == pytest.approx(
+      popularity, abs=5e-5)
   assert os.path.isfile(os.path.join(tmp_path, "export", "export.json"))
 
 
@@ -127,10 +130,21 @@ def test_resume_after_sigkill_gives_the_same_results(cache_dir, tmp_path):
     assert [int(r["round"]) for r in csv.DictReader(f)] == list(range(1, 9))
 
 
-def test_other_configuration_in_the_same_directory_is_refused(cache_dir, tmp_path):
-  first = run_script(tmp_path, cache_dir, "--rounds=1")
-  first.communicate(timeout=600)
-  second = run_script(tmp_path, cache_dir, "--rounds=2")
-  _, stderr = second.communicate(timeout=600)
-  assert second.returncode == 2
-  assert "another configuration" in stderr and "rounds" in stderr
+def test_a_finished_run_extended_to_more_rounds_equals_one_run_of_them(
+    tff_context, cache_dir, tmp_path):
+  task = small_task(cache_dir)
+  config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=4,
+                           clients_per_round=5, eval_every=2, checkpoint_every=3,
+                           patience=0)
+  longer = dataclasses.replace(config, rounds=8)
+  extended = os.path.join(tmp_path, "extended")
+  assert federated_loop.train_federated(task, config, extended)["rounds"] == 4
+  results = federated_loop.train_federated(task, longer, extended)
+  expected = federated_loop.train_federated(task, longer, os.path.join(tmp_path, "one"))
+  assert results == expected
+  with open(os.path.join(extended, "metrics.csv")) as f:
+    assert [int(r["round"]) for r in csv.DictReader(f)] == list(range(1, 9))
+  with pytest.raises(ValueError, match=r"another configuration "
+                                       r"\(training.clients_per_round: 5 -> 6\)"):
+    federated_loop.train_federated(
+        task, dataclasses.replace(longer, clients_per_round=6), extended)

@@ -132,6 +132,11 @@ def test_recommend_speaks_the_files_ids_and_titles(sparse_run):
                       f"--movies_path={directory}/movies.csv")
   assert result.returncode == 0, result.stderr
   lines = result.stdout.strip().splitlines()
+  assert lines[:5] == ["history (most recent last):", "          3  Movie 3, The (1999)",
+                       "         50  Movie 50, The (1999)",
+                       "         51  Movie 51, The (1999)",
+                       "top 3:"]
+  lines = lines[5:]
   movies = [int(line.split()[1]) for line in lines]
   assert movies[0] == 700  # The run 3, 50, 51 continues with 700.
   assert set(movies) <= set(MOVIE_IDS) - {3, 50, 51}

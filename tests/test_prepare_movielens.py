@@ -60,3 +60,39 @@ def test_bad_split_flag_is_named(tmp_path):
   assert result.returncode == 2
   assert "--example_split: fractions must add up to 1" in result.stderr
   assert not os.path.exists(os.path.join(tmp_path, "out"))
+
+
+def _three_ratings(tmp_path) -> str:
+  ratings = os.path.join(tmp_path, "ratings.csv")
+  with open(ratings, "w") as f:
+    f.write("userId,movieId,rating,timestamp\n1,10,4.0,1\n1,20,4.0,2\n1,30,4.0,3\n")
+  return ratings
+
+
+def test_too_little_data_warns_naming_each_empty_split_and_its_cause(tmp_path):
+  ratings = _three_ratings(tmp_path)
+  result = run_script(f"--ratings_path={ratings}", f"--output_dir={tmp_path}/out")
+  assert result.returncode == 0, result.stderr
+  warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+  assert warnings == [
+      f"warning: --ratings_path={ratings}: the {split} split is empty (3 ratings; 1 "
+      "users with >= --min_timeline_length=3 ratings, and --user_split gives it 0.1 of "
+      "them: it needs at least 10 such users)" for split in ("federated_val",
+                                                             "federated_test")] + [
+      f"warning: --ratings_path={ratings}: the centralized_test split is empty (3 "
+      "ratings; 2 examples, and --example_split gives it 0.1 of them: it needs at "
+      "least 10)"]
+
+
+def test_training_on_too_little_data_is_one_line_naming_the_split(tmp_path):
+  ratings = _three_ratings(tmp_path)
+  result = subprocess.run(
+      [sys.executable, "-m", "scripts.train_centralized", f"--ratings_path={ratings}",
+       "--split_by=user", f"--output_dir={tmp_path}/run"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      f"error: --ratings_path={ratings}: the federated_val split is empty (3 ratings; "
+      "1 users with >= --min_timeline_length=3 ratings, and --user_split gives it 0.1 "
+      "of them: it needs at least 10 such users)")
+  assert not os.path.exists(os.path.join(tmp_path, "run"))

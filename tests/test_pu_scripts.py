@@ -33,6 +33,8 @@ def test_compare_on_mnist_test_files_writes_the_table(tmp_path):
   assert int(rows[0]["bytes_down_per_client"]) > 0
   assert os.path.isfile(out / "accuracy_curves.png")
   assert "| iid_5x2 (iid 5x2 no overlap) |" in (out / "results.md").read_text()
+  assert "| majority class |" in (out / "results.md").read_text()
+  assert len({r["majority_class_accuracy"] for r in rows}) == 1
 
 
 def test_bad_idx_file_is_one_line_and_exit_2(tmp_path):

@@ -89,8 +89,10 @@ def test_fedpu_beats_positive_only_without_overlap(tff_context, tmp_path):
   accuracy = {}
   for method in ("fedpu", "positive_only"):
     results = pu_training.train_pu_federated(
-        task, dataclasses.replace(config, method=method), str(tmp_path / method),
-        progress=False)
+        task, dataclasses.replace(config, method=method), str(tmp_path / method))
     accuracy[method] = results["test"]["accuracy"]
   assert accuracy["fedpu"] > 0.6
   assert accuracy["fedpu"] > accuracy["positive_only"] + 0.2, accuracy
+  majority = pu_training.majority_class_baseline(task)["accuracy"]
+  assert results["majority_class_baseline"]["accuracy"] == majority
+  assert 0.05 < majority < 0.15  # Digits: ten classes of about equal size.

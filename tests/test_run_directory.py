@@ -30,3 +30,34 @@ def test_a_setting_added_later_unset_keeps_old_runs(tmp_path):
                      r"None -> 20\); use a new --output_dir or the same flags"):
     run_directory.claim_run_directory(
         directory, {"training": {"rounds": 10, "max_local_steps": 20}})
+
+
+def test_a_larger_budget_reopens_a_finished_run_and_only_the_budget(tmp_path, capsys):
+  directory = str(tmp_path)
+  config = {"setting": "federated", "training": {"rounds": 10, "clients_per_round": 5}}
+  run_directory.claim_run_directory(directory, config)
+  run_directory.write_json(os.path.join(directory, run_directory.RESULTS), {"done": 1})
+  longer = {"setting": "federated", "training": {"rounds": 20, "clients_per_round": 5}}
+  assert run_directory.open_run(directory, longer) is None  # Trains on.
+  assert "extending the run (training.rounds: 10 -> 20)" in capsys.readouterr().err
+  assert run_directory.read_run_config(directory) == longer
+  for other in ({"setting": "federated", "training": {"rounds": 5, "clients_per_round": 5}},
+                {"setting": "federated", "training": {"rounds": 30, "clients_per_round": 6}}):
+    with pytest.raises(ValueError, match=r"another configuration \((training\.[^)]*)\)"):
+      run_directory.claim_run_directory(directory, other)
+  with pytest.raises(ValueError, match=r"\(training.clients_per_round: 5 -> 6; "
+                                       r"training.rounds: 20 -> 30\)"):
+    run_directory.claim_run_directory(directory, other)
+
+
+def test_the_start_and_end_lines_say_where_the_run_is(tmp_path):
+  assert run_directory.starting_line("runs/x", 0, "round") == "starting in runs/x"
+  assert run_directory.starting_line("runs/x", 40, "round") == (
+      "resuming from round 40 in runs/x")
+  for name in ("results.json", "metrics.csv", "recall_curves.png", ".lock"):
+    (tmp_path / name).write_text("")
+  (tmp_path / "tensorboard").mkdir()
+  assert run_directory.finished_line(str(tmp_path), 85, 65, "round") == (
+      f"finished after round 85 (reported: round 65); {tmp_path} holds results.json, "
+      f"metrics.csv, tensorboard/, recall_curves.png (tensorboard "
+      f"--logdir={tmp_path}/tensorboard)")

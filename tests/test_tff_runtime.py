@@ -10,7 +10,6 @@ import time
 import numpy as np
 import pytest
 
-from tests.script_runs import default_sigint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,8 +52,7 @@ def wait_gone(pid: int, seconds: float = 20.0) -> bool:
 def test_worker_dies_with_its_program(ending):
   process = subprocess.Popen([sys.executable, "-c", PROGRAM,
                               "exit" if ending == "exit" else "wait"],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                             preexec_fn=default_sigint)
+                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
   try:
     worker_pid = int(process.stdout.readline())
     if ending != "exit":  # An exiting program may already have stopped it.

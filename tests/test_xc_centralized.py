@@ -22,7 +22,8 @@ def test_centralized_reference_learns_far_above_the_trivial_baseline(tiny_task, 
   assert results["algorithm"] == "centralized_all_labels"
   assert results["steps"] == results["best_step"] == 3 * passes  # Evaluated each pass.
   assert results["examples_seen"] == 3 * passes * config.batch_size
-  baseline = xc_comparison.most_frequent_labels_reference(tiny_task, (1, 3, 5))
+  baseline = xc_training.most_frequent_labels_baseline(tiny_task, (1, 3, 5))
+  assert results["most_frequent_labels_baseline"] == baseline
   assert results["test"]["precision@1"] > baseline["precision@1"] + 0.5
   # A finished run returns its results without training.
   again = xc_training.train_xc_centralized(
@@ -49,7 +50,7 @@ def test_most_frequent_labels_counts_every_training_label(tmp_path):
     with open(paths[-1], "w") as f:
       f.write(f"{len(lines)} 3 3\n" + "\n".join(lines) + "\n")
   task = xc_task.build_xc_task(xc_task.XCTaskConfig(*paths, label_assignment="sample"))
-  metrics = xc_comparison.most_frequent_labels_reference(task, (1, 2))
+  metrics = xc_training.most_frequent_labels_baseline(task, (1, 2))
   assert metrics["precision@1"] == 1.0 and metrics["precision@2"] == 0.5
 
 

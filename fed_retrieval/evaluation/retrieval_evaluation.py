@@ -63,3 +63,13 @@ def popularity_score_fn(train_examples: Examples, vocabulary_size: int) -> Score
   counts[0] = -1e9
   counts = tf.constant(counts)
   return lambda contexts: tf.tile(counts[None, :], [tf.shape(contexts)[0], 1])
+
+
+def most_popular_baseline(train_examples: Examples, test_examples: Examples,
+                          vocabulary_size: int, ks: Sequence[int],
+                          batch_size: int) -> Dict[str, Dict[str, float]]:
+  """The trivial baseline every MovieLens results.json carries: the training
+  examples' most popular items recommended to every test context."""
+  return {"most_popular_baseline": evaluate(
+      popularity_score_fn(train_examples, vocabulary_size), test_examples, ks,
+      batch_size)}

@@ -26,7 +26,8 @@ from fed_retrieval.training.pu_training import PUFederatedConfig
 from losses import pu_risk
 from tasks.pu import pu_task
 
-CSV_COLUMNS = ("setting", "method", "accuracy", "description", "bytes_down_per_client",
+CSV_COLUMNS = ("setting", "method", "accuracy", "description", "majority_class_accuracy",
+               "bytes_down_per_client",
                "bytes_up_per_client", "rounds", "best_round", "examples_seen",
                "worker_restarts")
 
@@ -51,20 +52,25 @@ def run_pu_comparison(task_config: pu_task.PUTaskConfig,
             task, dataclasses.replace(config, method=method), run_dir)
       rows.append({"setting": name, "method": method, "description": setting.describe(),
                    "accuracy": results["test"]["accuracy"],
-                   **{k: results.get(k) for k in CSV_COLUMNS[4:]}, "run_dir": run_dir})
+                   "majority_class_accuracy":
+                       results["majority_class_baseline"]["accuracy"],
+                   **{k: results.get(k) for k in CSV_COLUMNS[5:]}, "run_dir": run_dir})
   return rows
 
 
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
-  """A row per setting, test accuracy (%) per method."""
+  """A row per setting, test accuracy (%) per method and of the majority
+  class (the trivial baseline)."""
   methods = list(dict.fromkeys(r["method"] for r in rows))
   settings = list(dict.fromkeys(r["setting"] for r in rows))
   cell = {(r["setting"], r["method"]):
           f"{100 * r['accuracy']:.2f}{result_files.restarts_note(r)}" for r in rows}
   description = {r["setting"]: r["description"] for r in rows}
-  lines = ["| setting | " + " | ".join(methods) + " |", "|" + "---|" * (len(methods) + 1)]
+  majority = {r["setting"]: f"{100 * r['majority_class_accuracy']:.2f}" for r in rows}
+  lines = ["| setting | " + " | ".join(methods) + " | majority class |",
+           "|" + "---|" * (len(methods) + 2)]
   for setting in settings:
-    cells = [cell.get((setting, m), "") for m in methods]
+    cells = [cell.get((setting, m), "") for m in methods] + [majority[setting]]
     lines.append(f"| {setting} ({description[setting]}) | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 

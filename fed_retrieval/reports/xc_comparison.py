@@ -28,9 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-import numpy as np
 
-from fed_retrieval.evaluation import classification_metrics
 from fed_retrieval.reports import communication
 from fed_retrieval.reports import result_files
 from fed_retrieval.runtime import tff_runtime
@@ -48,16 +46,6 @@ CSV_COLUMNS = ("algorithm", "precision@1", "precision@3", "precision@5", "recall
 RUN_COLUMNS = ("bytes_down_per_client", "bytes_up_per_client", "rounds", "best_round",
                "steps", "best_step", "examples_seen", "worker_restarts")
 REFERENCE = "most_frequent_labels"
-
-
-def most_frequent_labels_reference(task: xc_task.XCTask,
-                                   ks: Sequence[int]) -> Dict[str, float]:
-  """P@k of predicting, for every test point, the labels most frequent among
-  all labels of the training points (not only the ones the clients keep)."""
-  counts = np.bincount(np.concatenate(task.train.label_sets), minlength=task.num_labels)
-  top = np.argsort(-counts, kind="stable")[:max(ks)]
-  return classification_metrics.precision_recall_at_k(
-      np.tile(top, (len(task.test), 1)), task.test.label_sets, ks)
 
 
 def _row(name: str, results: Dict[str, Any], run_dir: str) -> Dict[str, Any]:
@@ -96,7 +84,7 @@ def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[st
     rows.append(_row(algorithm, results, os.path.join(output_dir, algorithm)))
   if task_config.class_split == "points":  # Unseen test classes have no frequency.
     rows.append({"algorithm": REFERENCE,
-                 **most_frequent_labels_reference(task, config.ks)})
+                 **xc_training.most_frequent_labels_baseline(task, config.ks)})
   return with_gaps(rows, xc_training.CENTRALIZED_SETTINGS[task_config.label_assignment])
 
 

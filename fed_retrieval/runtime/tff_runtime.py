@@ -175,8 +175,15 @@ def worker_binary_path() -> str:
   return path
 
 
-def _die_with_parent() -> None:
+def _prepare_worker() -> None:
+  """In the worker before exec: killed when this process dies; its own process
+  group, so a terminal's Ctrl-C reaches only the program (which decides how to
+  end); SIGINT neither ignored nor blocked (the program may have either),
+  since `stop` sends it."""
   _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  os.setpgrp()
+  signal.signal(signal.SIGINT, signal.SIG_DFL)  # Not ignored, as in a background job.
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 class LocalWorker:
@@ -208,7 +215,7 @@ class LocalWorker:
           [worker_binary_path(), f"--port={self.port}",
            f"--max_concurrent_computation_calls={self._max_calls}"],
           stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-          preexec_fn=_die_with_parent, close_fds=True)
+          preexec_fn=_prepare_worker, close_fds=True)
     finally:
       if log is not subprocess.DEVNULL:
         log.close()

@@ -15,7 +15,6 @@ import csv
 import dataclasses
 import math
 import os
-import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
@@ -25,6 +24,7 @@ from fed_retrieval.algorithms import optimizers
 from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.training import early_stopping
+from fed_retrieval.training import progress
 from fed_retrieval.training import run_directory
 from losses import registry
 from tasks import client_data
@@ -109,17 +109,25 @@ class ValidationAndStopping(tf.keras.callbacks.Callback):
   """At each Keras epoch's end: evaluates the validation split, logs it, keeps
   the best weights, and stops training when the stopping rule says so.
 
-  Goes before CSVLogger, which then writes the values it adds to `logs`; a
-  resumed run reads its curve back from that file.
+  It writes metrics.csv (a row an evaluation: the epoch, the training loss,
+  the examples seen, the curve's split's metrics prefixed by its name); a
+  resumed run reads its curve back from that file. (Keras's CSVLogger would
+  add empty `val_` columns to a curve drawn on the test split.)
   """
 
   def __init__(self, evaluate_fn: Callable[[tf.keras.Model], Dict[str, float]],
-               rule: early_stopping.StoppingRule, monitored: str, steps_per_epoch: int,
-               batch_size: int, best_path: str, metrics_path: str, label: str):
+               rule: early_stopping.StoppingRule, curve_split: str, monitored: str,
+               steps_per_epoch: int,
+               batch_size: int, best_path: str, metrics_path: str, label: str,
+               epochs: int, output_dir: str):
     super().__init__()
+    self._epochs = epochs
+    self._output_dir = output_dir
+    self.lines: Optional[progress.ProgressLines] = None
     self._evaluate_fn = evaluate_fn
     self.rule = rule
-    self._monitored = monitored
+    self._curve_split = curve_split
+    self._monitored = f"{curve_split}_{monitored}"
     self._steps_per_epoch = steps_per_epoch
     self._batch_size = batch_size
     self._best_path = best_path
@@ -139,19 +147,34 @@ class ValidationAndStopping(tf.keras.callbacks.Callback):
     return [((e + 1) * self._steps_per_epoch, v) for e, v in sorted(by_epoch.items())]
 
   def on_epoch_begin(self, epoch: int, logs=None) -> None:
-    if self.curve is None:
+    if self.curve is None:  # The first epoch this process trains.
       self.curve = self._curve_before(epoch)
+      done = epoch * self._steps_per_epoch
+      self.lines = progress.ProgressLines(
+          self._label, "step", self._epochs * self._steps_per_epoch, done,
+          may_stop_early=bool(self.rule.patience))
+      self.lines.say(run_directory.starting_line(self._output_dir, done, "step"))
+
+  def _append_row(self, row: Dict[str, Any]) -> None:
+    new_file = not os.path.isfile(self._metrics_path)
+    with open(self._metrics_path, "a", newline="") as f:
+      writer = csv.DictWriter(f, fieldnames=sorted(row, key=lambda k: (k != "epoch", k)))
+      if new_file:
+        writer.writeheader()
+      writer.writerow(row)
 
   def on_epoch_end(self, epoch: int, logs=None) -> None:
     logs = logs if logs is not None else {}
     steps = (epoch + 1) * self._steps_per_epoch
     logs["examples_seen"] = steps * self._batch_size
-    logs.update({f"val_{k}": v for k, v in self._evaluate_fn(self.model).items()})
+    logs.update({f"{self._curve_split}_{k}": v
+                 for k, v in self._evaluate_fn(self.model).items()})
     self.curve.append((steps, logs[self._monitored]))
     if self.rule.patience and self.rule.best(self.curve)[0] == steps:
       self.model.save_weights(self._best_path)
-    print(f"{self._label}: step {steps} loss {logs.get('loss', math.nan):.4f} "
-          f"{self._monitored} {logs[self._monitored]:.4f}", file=sys.stderr, flush=True)
+    self._append_row({"epoch": epoch, **logs})
+    self.lines.report(steps, f"loss {logs.get('loss', math.nan):.4f}, "
+                      f"{self._monitored} {logs[self._monitored]:.4f}")
     if self.rule.should_stop(self.curve):
       self.model.stop_training = True
 
@@ -170,6 +193,9 @@ class CentralizedJob:
   monitored: str  # The key of `evaluate`'s metrics the stopping rule watches.
   export: Callable[[tf.keras.Model, str], None]
   results: Dict[str, Any]  # Added to results.json.
+  # The split the curve is drawn on, as metrics.csv names it: "val", or
+  # "test" where there are no validation examples (MovieLens --split_by=example).
+  curve_split: str = "val"
   # Trivial baselines on the test split, added to results.json after training.
   baselines: Callable[[], Dict[str, Any]] = dict
   # Writes the run's own files beside its config (the MovieLens item ids).
@@ -200,12 +226,13 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
   metrics_path = os.path.join(output_dir, "metrics.csv")
   validation = ValidationAndStopping(
       lambda m: job.evaluate(m, "validation"), config.stopping_rule,
-      f"val_{job.monitored}", steps_per_epoch, config.batch_size,
-      os.path.join(output_dir, BEST_WEIGHTS), metrics_path, job.name)
+      job.curve_split, job.monitored, steps_per_epoch, config.batch_size,
+      os.path.join(output_dir, BEST_WEIGHTS), metrics_path, job.name, epochs, output_dir)
   callbacks = [
-      tf.keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup")),
+      # Kept after training, so a larger --epochs extends a finished run.
+      tf.keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup"),
+                                          delete_checkpoint=False),
       validation,
-      tf.keras.callbacks.CSVLogger(metrics_path, append=True),
       tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "tensorboard"),
                                      write_graph=False),
   ]
@@ -226,6 +253,8 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
       **job.baselines(),
   }
   run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)
+  validation.lines.say(run_directory.finished_line(output_dir, trained_steps, best_step,
+                                                   "step"))
   return results
 
 
@@ -237,9 +266,11 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
   if config.split == "example":
     # No validation users: the curve is drawn on the test split, and with
     # patience 0 (enforced by the config) it never picks the model.
+    task.require_splits("centralized_train", "centralized_test")
     train, curve, test = (task.centralized_train, task.centralized_test,
                           task.centralized_test)
   else:
+    task.require_splits("federated_train", "federated_val", "federated_test")
     train, curve, test = task.federated_train, task.federated_val, task.federated_test
   splits = {"validation": curve, "test": test}
   job = CentralizedJob(
@@ -259,8 +290,8 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
       export=lambda model, directory: export.export_model(
           model, model_config, task.items, directory),
       results={"setting": "centralized", "loss": config.objective.loss},
+      curve_split="val" if config.split == "user" else "test",
       write_files=task.items.save,
-      baselines=lambda: {"most_popular_baseline": retrieval_evaluation.evaluate(
-          retrieval_evaluation.popularity_score_fn(train, task.vocabulary_size),
-          test, config.ks, config.batch_size)})
+      baselines=lambda: retrieval_evaluation.most_popular_baseline(
+          train, test, task.vocabulary_size, config.ks, config.batch_size))
   return run_centralized(job, config, output_dir)

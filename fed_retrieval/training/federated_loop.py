@@ -35,7 +35,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
-import tqdm
 
 from fed_retrieval import export
 from fed_retrieval.algorithms import fedavg
@@ -46,6 +45,7 @@ from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import checkpoints
 from fed_retrieval.training import early_stopping
+from fed_retrieval.training import progress
 from fed_retrieval.training import run_directory
 from losses import registry
 from tasks import client_data
@@ -210,12 +210,13 @@ class FederatedJob:
   export: Callable[[tf.keras.Model, str], None]
   results: Dict[str, Any]  # Added to results.json.
   round_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+  # Trivial baselines on the test split, added to results.json after training.
+  baselines: Callable[[], Dict[str, Any]] = dict
   # Writes the run's own files beside its config (the MovieLens item ids).
   write_files: Callable[[str], Any] = lambda directory: None
 
 
-def run_federated(job: FederatedJob, config, output_dir: str,
-                  progress: Optional[bool] = None) -> Dict[str, Any]:
+def run_federated(job: FederatedJob, config, output_dir: str) -> Dict[str, Any]:
   """Trains (or resumes, or returns the finished run's results) and exports.
 
   `config` gives the loop's settings: rounds, clients_per_round, local_epochs,
@@ -235,7 +236,7 @@ def run_federated(job: FederatedJob, config, output_dir: str,
                else contextlib.nullcontext())
     try:
       with allowed:
-        return _train(job, config, output_dir, progress, restarts, death)
+        return _train(job, config, output_dir, restarts, death)
     except Exception:  # pylint: disable=broad-except
       death = tff_runtime.take_worker_death()
       if death is None:  # Not the worker: a real error.
@@ -243,8 +244,8 @@ def run_federated(job: FederatedJob, config, output_dir: str,
       restarts += 1
 
 
-def _train(job: FederatedJob, config, output_dir: str, progress: Optional[bool],
-           restarts: int, death: Optional[tff_runtime.WorkerDeath]) -> Dict[str, Any]:
+def _train(job: FederatedJob, config, output_dir: str, restarts: int,
+           death: Optional[tff_runtime.WorkerDeath]) -> Dict[str, Any]:
   """Starts a worker if none runs, resumes from the latest checkpoint, trains,
   reports; `restarts` and `death` say how often and why it had to start over."""
   tff_runtime.ensure_local_execution_context()
@@ -267,10 +268,6 @@ def _train(job: FederatedJob, config, output_dir: str, progress: Optional[bool],
       os.path.join(output_dir, "tensorboard"))
   server_model = job.build_server_model()
 
-  if progress is None:
-    progress = sys.stderr.isatty()
-  bar = tqdm.tqdm(total=config.rounds, initial=done_rounds, disable=not progress,
-                  unit="round", desc=job.name)
   monitored = f"val_{job.monitored}"
   examples_seen, curve = _history_through(os.path.join(output_dir, "metrics.csv"),
                                           done_rounds, monitored)
@@ -278,6 +275,10 @@ def _train(job: FederatedJob, config, output_dir: str, progress: Optional[bool],
   best_weights = os.path.join(output_dir, BEST_WEIGHTS)
   latest_value = curve[-1][1] if curve else None
   trained_rounds = done_rounds
+  lines = progress.ProgressLines(job.name, "round", config.rounds, done_rounds,
+                                 may_stop_early=bool(rule.patience))
+  if death is None:
+    lines.say(run_directory.starting_line(output_dir, done_rounds, "round"))
   for round_num in range(done_rounds + 1, config.rounds + 1):
     if rule.should_stop(curve):
       break
@@ -302,15 +303,8 @@ def _train(job: FederatedJob, config, output_dir: str, progress: Optional[bool],
     if (round_num % config.checkpoint_every == 0 or round_num == config.rounds or
         rule.should_stop(curve)):
       asyncio.run(state_manager.save(state, round_num))
-    bar.update(1)
-    bar.set_postfix(loss=f"{row['train_loss']:.4f}",
-                    **{job.monitored: "-" if latest_value is None
-                       else f"{latest_value:.4f}"})
-    if not progress and monitored in row:
-      print(f"{job.name}: round {round_num}/{config.rounds} loss {row['train_loss']:.4f} "
-            f"val {job.monitored} {latest_value:.4f}", file=sys.stderr, flush=True)
-  bar.close()
-
+    lines.report(round_num, f"loss {row['train_loss']:.4f}, val {job.monitored} " +
+                 ("-" if latest_value is None else f"{latest_value:.4f}"))
   if rule.patience:  # Converged: the best evaluated model (the last round always is).
     best_round = rule.best(curve)[0]
     server_model.load_weights(best_weights)
@@ -328,8 +322,10 @@ def _train(job: FederatedJob, config, output_dir: str, progress: Optional[bool],
       "worker_restarts": restarts,
       **job.round_metrics,
       "test": job.evaluate(server_model, "test"),
+      **job.baselines(),
   }
   run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)
+  lines.say(run_directory.finished_line(output_dir, trained_rounds, best_round, "round"))
   return results
 
 
@@ -339,6 +335,7 @@ def movielens_job_parts(task: MovieLensTask,
   """The `FederatedJob` fields every MovieLens algorithm shares: the users as
   clients, the dual encoder, recall on the validation / test users, export,
   and the item ids written beside the run."""
+  task.require_splits("federated_train", "federated_val", "federated_test")
   splits = {"validation": task.federated_val, "test": task.federated_test}
   return dict(
       clients=client_data.ClientDatasets.from_examples(task.federated_train),
@@ -348,12 +345,14 @@ def movielens_job_parts(task: MovieLensTask,
       monitored=f"global_recall@{max(config.ks)}",
       export=lambda model, directory: export.export_model(
           model, model_config, task.items, directory),
+      baselines=lambda: retrieval_evaluation.most_popular_baseline(
+          task.federated_train, task.federated_test, task.vocabulary_size, config.ks,
+          config.batch_size),
       write_files=task.items.save)
 
 
 def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: str,
-                    embedding_dim: int = 16,
-                    progress: Optional[bool] = None) -> Dict[str, Any]:
+                    embedding_dim: int = 16) -> Dict[str, Any]:
   """FedAvg or FedSGD of the dual encoder on a MovieLens task (`run_federated`)."""
   config = config.resolved()
   model_config = model_config_for(task, config, embedding_dim)
@@ -371,4 +370,4 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
                "algorithm": config.algorithm},
       round_metrics=dict(zip(("bytes_down_per_client", "bytes_up_per_client"),
                              fedavg.bytes_per_client(model_config.weight_shapes()))))
-  return run_federated(job, config, output_dir, progress)
+  return run_federated(job, config, output_dir)

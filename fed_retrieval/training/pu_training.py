@@ -13,6 +13,7 @@ early stopping on validation accuracy.
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -84,13 +85,19 @@ def export_classifier(model: tf.keras.Model, directory: str) -> None:
     model.save(staging)
 
 
-def train_pu_federated(task: PUTask, config: PUFederatedConfig, output_dir: str,
-                       progress: Optional[bool] = None) -> Dict[str, Any]:
+def majority_class_baseline(task: PUTask) -> Dict[str, float]:
+  """The trivial baseline: test accuracy of predicting the class most frequent
+  among the training points (by their hidden labels) for every image."""
+  majority = np.argmax(np.bincount(task.train.labels, minlength=task.num_classes))
+  return {"accuracy": float(np.mean(task.test.labels == majority))}
+
+
+def train_pu_federated(task: PUTask, config: PUFederatedConfig, output_dir: str) -> Dict[str, Any]:
   """Trains (or resumes) one method on the PU task; exports the classifier."""
   model_config = model_config_for(task, config)
   splits = {"validation": task.validation, "test": task.test}
   job = federated_loop.FederatedJob(
-      name=config.method,
+      name=f"{task.config.setting.describe()} {config.method}",
       run_config={"task": task.config.describe(),
                   "model": dataclasses.asdict(model_config),
                   "training": dataclasses.asdict(config)},
@@ -103,6 +110,7 @@ def train_pu_federated(task: PUTask, config: PUFederatedConfig, output_dir: str,
       monitored="accuracy",
       export=export_classifier,
       results={"method": config.method, "setting": task.config.setting.describe()},
+      baselines=lambda: {"majority_class_baseline": majority_class_baseline(task)},
       round_metrics=dict(zip(("bytes_down_per_client", "bytes_up_per_client"),
                              fedavg.bytes_per_client(model_config.weight_shapes()))))
-  return federated_loop.run_federated(job, config.federated, output_dir, progress)
+  return federated_loop.run_federated(job, config.federated, output_dir)

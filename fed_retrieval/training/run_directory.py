@@ -12,6 +12,7 @@ import errno
 import fcntl
 import json
 import os
+import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 RUN_CONFIG = "run_config.json"
@@ -82,21 +83,37 @@ def config_differences(existing: Dict[str, Any], config: Dict[str, Any],
   return differences
 
 
+# Budget settings a finished run can be given more of: it trains on from its
+# last checkpoint.
+EXTENSIBLE = ("rounds", "epochs")
+
+
+def _extends(old: Any, new: Any, key: str) -> bool:
+  return (key.rsplit(".", 1)[-1] in EXTENSIBLE and isinstance(old, int) and
+          isinstance(new, int) and new > old)
+
+
 def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
-  """Locks, creates or re-opens `output_dir` for `config`; refuses another config."""
+  """Locks, creates or re-opens `output_dir` for `config`; a larger budget
+  (`EXTENSIBLE`) re-opens a finished run to train on; refuses another config,
+  naming the settings that differ."""
   lock_run_directory(output_dir)
   config = _normalized(config)
   path = os.path.join(output_dir, RUN_CONFIG)
   if os.path.isfile(path):
     with open(path) as f:
       existing = json.load(f)
-    if _without_unset(existing) != _without_unset(config):
-      differing = [f"{key}: {old!r} -> {new!r}"
-                   for key, old, new in config_differences(existing, config)]
+    differences = config_differences(_without_unset(existing), _without_unset(config))
+    if not differences:
+      return
+    described = "; ".join(f"{key}: {old!r} -> {new!r}" for key, old, new in differences)
+    if not all(_extends(old, new, key) for key, old, new in differences):
       raise ValueError(
           f"--output_dir={output_dir} holds a run with another configuration "
-          f"({'; '.join(differing)}); use a new --output_dir or the same flags")
-    return
+          f"({described}); use a new --output_dir or the same flags")
+    print(f"{output_dir}: extending the run ({described})", file=sys.stderr, flush=True)
+    if os.path.isfile(os.path.join(output_dir, RESULTS)):
+      os.remove(os.path.join(output_dir, RESULTS))
   write_json(path, config)
 
 
@@ -121,6 +138,29 @@ def write_json(path: str, value: Dict[str, Any]) -> None:
     os.replace(temporary, path)
   except OSError as e:
     raise RunDirectoryError(describe_write_error(path, e)) from e
+
+
+# What a finished run directory holds that a person looks at, in this order.
+_SHOWN_FILES = ("results.json", "results.md", "results.csv", "metrics.csv", "export",
+                "tensorboard")
+
+
+def starting_line(output_dir: str, done: int, unit: str) -> str:
+  """'starting in DIR' or 'resuming from round N in DIR'."""
+  start = f"resuming from {unit} {done}" if done else "starting"
+  return f"{start} in {output_dir}"
+
+
+def finished_line(output_dir: str, trained: int, best: int, unit: str) -> str:
+  """Where the finished run's files are, and the TensorBoard command."""
+  shown = [name + ("/" if os.path.isdir(os.path.join(output_dir, name)) else "")
+           for name in _SHOWN_FILES if os.path.exists(os.path.join(output_dir, name))]
+  shown += sorted(name for name in os.listdir(output_dir) if name.endswith(".png"))
+  line = (f"finished after {unit} {trained} (reported: {unit} {best}); {output_dir} "
+          f"holds {', '.join(shown)}")
+  if "tensorboard/" in shown:
+    line += f" (tensorboard --logdir={os.path.join(output_dir, 'tensorboard')})"
+  return line
 
 
 def open_run(output_dir: str, run_config: Dict[str, Any],

@@ -45,8 +45,7 @@ def distinct_items_per_user(examples: Examples) -> np.ndarray:
 
 def train_sampled_softmax(task: MovieLensTask, loop: FederatedConfig,
                           algorithm: FedSSConfig, output_dir: str,
-                          embedding_dim: int = 16,
-                          progress: Optional[bool] = None) -> Dict[str, Any]:
+                          embedding_dim: int = 16) -> Dict[str, Any]:
   """FedSS (sampled global softmax) or a baseline of it on a MovieLens task."""
   objective_config = loop.objective.for_loss(LOSS)
   objective = objective_config.build()
@@ -72,4 +71,4 @@ def train_sampled_softmax(task: MovieLensTask, loop: FederatedConfig,
       round_metrics={"bytes_down_per_client": down, "bytes_up_per_client": up,
                      "mean_real_bytes_down_per_client":
                          float(np.mean(real_keys)) * sub_model.FLOAT_BYTES * dim})
-  return federated_loop.run_federated(job, loop, output_dir, progress)
+  return federated_loop.run_federated(job, loop, output_dir)

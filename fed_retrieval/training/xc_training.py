@@ -17,7 +17,7 @@ stopping rule (`centralized_loop.run_centralized`).
 """
 
 import dataclasses
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -124,6 +124,24 @@ def _evaluation(task: XCTask, ks: Tuple[int, ...]
       model, splits[split], ks)), "precision@1"
 
 
+def most_frequent_labels_baseline(task: xc_task.XCTask,
+                                   ks: Sequence[int]) -> Dict[str, float]:
+  """P@k of predicting, for every test point, the labels most frequent among
+  all labels of the training points (not only the ones the clients keep)."""
+  counts = np.bincount(np.concatenate(task.train.label_sets), minlength=task.num_labels)
+  top = np.argsort(-counts, kind="stable")[:max(ks)]
+  return classification_metrics.precision_recall_at_k(
+      np.tile(top, (len(task.test), 1)), task.test.label_sets, ks)
+
+
+def _baselines(task: XCTask, ks: Sequence[int]) -> Callable[[], Dict[str, Any]]:
+  """The trivial baseline results.json carries: the most frequent labels (P@k);
+  none where the test classes are unseen in training (no frequencies)."""
+  if task.config.class_split != "points":
+    return dict
+  return lambda: {"most_frequent_labels_baseline": most_frequent_labels_baseline(task, ks)}
+
+
 def _run_config(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
                 training) -> Dict[str, Any]:
   return {"task": task.config.describe(), "task_fingerprint": xc_task.fingerprint(task),
@@ -136,14 +154,13 @@ def _export(model_config: xc_encoder.XCEncoderConfig):
                                                               directory)
 
 
-def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str,
-                       progress: Optional[bool] = None) -> Dict[str, Any]:
+def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str) -> Dict[str, Any]:
   """Trains (or resumes) one algorithm on the XC task; exports the classifier."""
   model_config = model_config_for(task, config)
   build_process, (down, up) = process_and_bytes(task, model_config, config)
   evaluate, monitored = _evaluation(task, config.ks)
   job = federated_loop.FederatedJob(
-      name=config.algorithm,
+      name=f"federated {config.algorithm}",
       run_config=_run_config(task, model_config, config),
       build_process=build_process,
       clients=task.clients,
@@ -154,8 +171,9 @@ def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str,
       export=_export(model_config),
       results={"algorithm": config.algorithm, "task": task.summary(),
                "partition": task.config.partition},
+      baselines=_baselines(task, config.ks),
       round_metrics={"bytes_down_per_client": down, "bytes_up_per_client": up})
-  return federated_loop.run_federated(job, config, output_dir, progress)
+  return federated_loop.run_federated(job, config, output_dir)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,5 +236,6 @@ def train_xc_centralized(task: XCTask, federated: XCFederatedConfig,
       train_data=train_data, num_examples=len(labels), evaluate=evaluate,
       monitored=monitored, export=_export(model_config),
       results={"algorithm": setting, "label_assignment": config.label_assignment,
-               "task": task.summary()})
+               "task": task.summary()},
+      baselines=_baselines(task, federated.ks))
   return centralized_loop.run_centralized(job, config, output_dir)

@@ -3,8 +3,10 @@
 import dataclasses
 import hashlib
 import json
+import math
 import os
-from typing import Dict, Optional, Tuple
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -73,24 +75,72 @@ class MovieLensTask:
     return {**self.config.describe(), **self.items.describe()}
 
   def split(self, name: str) -> Examples:
-    splits = {"train": self.federated_train, "val": self.federated_val,
-              "test": self.federated_test,
-              "centralized_train": self.centralized_train,
-              "centralized_test": self.centralized_test}
-    if name not in splits:
+    """A split by its --split name (train, val, test, centralized_train,
+    centralized_test), refused if empty."""
+    full_name = name if name.startswith("centralized_") else f"federated_{name}"
+    if full_name not in self.splits:
       raise ValueError(f"--split: unknown split '{name}'; choose one of "
-                       f"{sorted(splits)}")
-    return splits[name]
+                       "['centralized_test', 'centralized_train', 'test', 'train', 'val']")
+    self.require_splits(full_name)
+    return self.splits[full_name]
+
+  @property
+  def splits(self) -> Dict[str, Examples]:
+    """Every split by its name in statistics and errors."""
+    return {"federated_train": self.federated_train,
+            "federated_val": self.federated_val,
+            "federated_test": self.federated_test,
+            "centralized_train": self.centralized_train,
+            "centralized_test": self.centralized_test}
+
+  def source(self) -> str:
+    """The ratings' origin as the flags name it."""
+    return (f"--ratings_path={self.config.ratings_path}" if self.config.ratings_path
+            else f"--synthetic={self.config.synthetic}")
+
+  def empty_split_problems(self, names: Sequence[str] = ()) -> List[str]:
+    """Why each of the named splits (default: all) is empty, a line each: how
+    many users and ratings there are and what the split needs."""
+    problems = []
+    users = sum(self.splits[n].num_users
+                for n in ("federated_train", "federated_val", "federated_test"))
+    examples = sum(len(self.splits[n]) for n in ("centralized_train", "centralized_test"))
+    for name in names or self.splits:
+      if len(self.splits[name]):
+        continue
+      if name.startswith("federated"):
+        fraction = self.config.user_split[("train", "val", "test").index(name[10:])]
+        need = (f"{users} users with >= --min_timeline_length="
+                f"{self.config.min_timeline_length} ratings, and --user_split gives "
+                f"it {fraction:g} of them: it needs at least {math.ceil(1 / fraction)} "
+                "such users" if fraction else "--user_split gives it none")
+      else:
+        fraction = self.config.example_split[("train", "test").index(name[12:])]
+        need = (f"{examples} examples, and --example_split gives it {fraction:g} of "
+                f"them: it needs at least {math.ceil(1 / fraction)}" if fraction
+                else "--example_split gives it none")
+      problems.append(f"{self.source()}: the {name} split is empty ({self.num_ratings} "
+                      f"ratings; {need})")
+    return problems
+
+  def require_splits(self, *names: str) -> None:
+    """Refuses (naming the split and the cause) when a split a run needs is empty."""
+    problems = self.empty_split_problems(names)
+    if problems:
+      raise ValueError(problems[0])
+
+  def summary(self) -> str:
+    """One line: ratings, movies and each split's users and examples."""
+    splits = ", ".join(f"{name} {examples.num_users} users / {len(examples)} examples"
+                       for name, examples in self.splits.items()
+                       if name.startswith("federated"))
+    return (f"{self.num_ratings} ratings of {self.items.num_items} movies; {splits}; "
+            f"centralized train / test {len(self.centralized_train)} / "
+            f"{len(self.centralized_test)} examples")
 
   def statistics(self) -> Dict[str, object]:
     """Users and examples per split, the vocabulary size and totals."""
-    splits = {
-        "federated_train": self.federated_train,
-        "federated_val": self.federated_val,
-        "federated_test": self.federated_test,
-        "centralized_train": self.centralized_train,
-        "centralized_test": self.centralized_test,
-    }
+    splits = self.splits
     all_examples = len(self.federated_train) + len(self.federated_val) + len(
         self.federated_test)
     return {
@@ -129,7 +179,10 @@ def load_ratings(config: TaskConfig) -> pd.DataFrame:
 
 
 def build_task(config: TaskConfig) -> MovieLensTask:
-  """Reads the ratings, numbers their movies densely and builds every split."""
+  """Reads the ratings, numbers their movies densely and builds every split
+  (saying so on stderr: on a large file this takes a while)."""
+  source = config.ratings_path or f"the synthetic '{config.synthetic}' preset"
+  print(f"MovieLens: reading {source}", file=sys.stderr, flush=True)
   ratings = load_ratings(config)
   items = item_vocabulary.ItemVocabulary.of_items(ratings["item_id"])
   ratings = ratings.assign(item_id=items.rows(ratings["item_id"]))
@@ -145,5 +198,7 @@ def build_task(config: TaskConfig) -> MovieLensTask:
     train = sequence_examples.shuffle_across_users(train, config.seed)
   centralized_train, centralized_test = sequence_examples.split_by_example(
       examples, config.example_split, config.seed)
-  return MovieLensTask(config, items, len(ratings), train, val, test,
+  task = MovieLensTask(config, items, len(ratings), train, val, test,
                        centralized_train, centralized_test)
+  print(f"MovieLens: {task.summary()}", file=sys.stderr, flush=True)
+  return task
