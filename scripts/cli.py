@@ -23,6 +23,7 @@ from absl import logging  # pylint: disable=g-import-not-at-top
 
 from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
 from fed_retrieval.training import progress  # pylint: disable=g-import-not-at-top
+from fed_retrieval.training import run_directory  # pylint: disable=g-import-not-at-top
 
 tff_runtime.isolate_network()
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C.
@@ -136,7 +137,6 @@ def run(main: Callable[[Sequence[str]], None],
   from tasks.movielens.ratings_io import RatingsFormatError  # pylint: disable=g-import-not-at-top
 
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from fed_retrieval.training import run_directory  # pylint: disable=g-import-not-at-top
 
   def guarded_main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
@@ -156,5 +156,6 @@ def run(main: Callable[[Sequence[str]], None],
 
 
 def _fail(message: str) -> None:
+  run_directory.remove_unused_directories()
   print(f"error: {message}", file=sys.stderr)
   sys.exit(2)

@@ -61,3 +61,16 @@ def test_the_start_and_end_lines_say_where_the_run_is(tmp_path):
       f"finished after round 85 (reported: round 65); {tmp_path} holds results.json, "
       f"metrics.csv, tensorboard/, recall_curves.png (tensorboard "
       f"--logdir={tmp_path}/tensorboard)")
+
+
+def test_a_directory_a_failed_run_only_locked_is_removed_and_others_are_kept(tmp_path):
+  created, existing = str(tmp_path / "new" / "run"), str(tmp_path / "old")
+  os.makedirs(existing)
+  run_directory.lock_run_directory(created)
+  run_directory.lock_run_directory(existing)
+  run_directory.remove_unused_directories()
+  assert not os.path.exists(created) and os.listdir(existing) == [run_directory.LOCK]
+  written = str(tmp_path / "written")
+  run_directory.claim_run_directory(written, {"setting": "x"})
+  run_directory.remove_unused_directories()
+  assert sorted(os.listdir(written)) == [run_directory.LOCK, run_directory.RUN_CONFIG]

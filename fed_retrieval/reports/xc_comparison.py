@@ -22,7 +22,6 @@ import csv
 import dataclasses
 import math
 import os
-import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 import matplotlib
@@ -65,8 +64,6 @@ def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[st
                        f"{', '.join(xc_training.ALGORITHMS)}")
   run_directory.lock_run_directory(output_dir)
   task = xc_task.build_xc_task(task_config)
-  print("XC task: " + ", ".join(f"{k} {v}" for k, v in task.summary().items()),
-        file=sys.stderr, flush=True)
   rows = []
   assignments = (xc_task.LABEL_ASSIGNMENTS
                  if centralized and task_config.class_split == "points" else ())

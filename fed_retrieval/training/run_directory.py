@@ -20,6 +20,8 @@ RESULTS = "results.json"
 LOCK = ".lock"
 # Locks this process holds (directory -> open file): kept until exit.
 _held_locks: Dict[str, int] = {}
+# Directories this process created (to remove if it fails before writing).
+_created: List[str] = []
 
 
 class RunDirectoryError(ValueError):
@@ -39,7 +41,9 @@ def lock_run_directory(output_dir: str) -> None:
   if key in _held_locks:
     return
   try:
-    os.makedirs(output_dir, exist_ok=True)
+    if not os.path.isdir(output_dir):
+      os.makedirs(output_dir)
+      _created.append(output_dir)
     fd = os.open(os.path.join(output_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o644)
   except OSError as e:
     raise RunDirectoryError(f"--output_dir={output_dir}: "
@@ -55,6 +59,19 @@ def lock_run_directory(output_dir: str) -> None:
   os.ftruncate(fd, 0)
   os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
   _held_locks[key] = fd
+
+
+def remove_unused_directories() -> None:
+  """Removes the run directories this process created and wrote nothing to
+  but its lock (a run that failed on bad input leaves no trace)."""
+  for directory in reversed(_created):
+    try:
+      if os.listdir(directory) == [LOCK]:
+        os.remove(os.path.join(directory, LOCK))
+        os.rmdir(directory)
+    except OSError:
+      pass
+  _created.clear()
 
 
 def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:

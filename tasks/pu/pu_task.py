@@ -21,6 +21,7 @@ training set held out of every client.
 """
 
 import dataclasses
+import sys
 from typing import Dict, Optional, Tuple
 
 import numpy as np
@@ -168,6 +169,10 @@ class PUTask:
 
 
 def build_pu_task(config: PUTaskConfig) -> PUTask:
+  """Loads the images, splits them and partitions them over the clients,
+  saying so on stderr."""
+  print(f"PU: reading {config.data_path or config.data} ({config.setting.describe()})",
+        file=sys.stderr, flush=True)
   train, test = image_io.load_image_set(config.data, config.data_path, config.seed,
                                         config.test_fraction)
   train, validation = image_io.split_seeded(train, config.validation_fraction,
@@ -177,4 +182,7 @@ def build_pu_task(config: PUTaskConfig) -> PUTask:
       train.labels, setting.positive_classes, setting.overlap, config.labeled_fraction,
       config.seed, setting.division, setting.num_shards, setting.shards_per_client)
   priors = client_priors(partition, train.labels, config.priors, config.labeled_fraction)
+  print(f"PU: {len(train.labels)} training images on {len(partition.client_points)} "
+        f"clients, {len(validation.labels)} validation, {len(test.labels)} test",
+        file=sys.stderr, flush=True)
   return PUTask(config, train, validation, test, partition, priors)

@@ -31,6 +31,7 @@ embeddings, which is the L1 normalization of each point.
 
 import dataclasses
 import hashlib
+import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -223,6 +224,17 @@ def _padded_splits(config: XCTaskConfig, *features: scipy.sparse.csr_matrix
 
 
 def build_xc_task(config: XCTaskConfig) -> XCTask:
+  """Reads (or generates) the data and builds the clients and evaluation
+  points, saying so on stderr with the task's summary."""
+  source = config.train_path or f"the synthetic '{config.synthetic}' preset"
+  print(f"XC: reading {source}", file=sys.stderr, flush=True)
+  task = _build_xc_task(config)
+  print("XC task: " + ", ".join(f"{k} {v}" for k, v in task.summary().items()),
+        file=sys.stderr, flush=True)
+  return task
+
+
+def _build_xc_task(config: XCTaskConfig) -> XCTask:
   if config.synthetic is not None:
     train_data, test_data = synthetic_xc.generate(synthetic_xc.PRESETS[config.synthetic])
   else:
