@@ -127,6 +127,7 @@ class ValidationAndStopping(tf.keras.callbacks.Callback):
     self._evaluate_fn = evaluate_fn
     self.rule = rule
     self._curve_split = curve_split
+    self._metric = monitored
     self._monitored = f"{curve_split}_{monitored}"
     self._steps_per_epoch = steps_per_epoch
     self._batch_size = batch_size
@@ -174,7 +175,7 @@ class ValidationAndStopping(tf.keras.callbacks.Callback):
       self.model.save_weights(self._best_path)
     self._append_row({"epoch": epoch, **logs})
     self.lines.report(steps, f"loss {logs.get('loss', math.nan):.4f}, "
-                      f"{self._monitored} {logs[self._monitored]:.4f}")
+                      f"{self._curve_split} {self._metric} {logs[self._monitored]:.4f}")
     if self.rule.should_stop(self.curve):
       self.model.stop_training = True
 
