@@ -84,5 +84,7 @@ def test_a_bad_xc_file_fails_with_its_line_and_writes_nothing(tmp_path):
   assert result.returncode == 2
   assert f"{tmp_path}/train.txt:3: label 9 is beyond the header's num_labels 5" in (
       result.stderr)
-  assert len(result.stderr.strip().splitlines()) == 1
-  assert not os.path.exists(os.path.join(tmp_path, "out", "results.csv"))
+  assert result.stderr.strip().splitlines() == [
+      f"XC: reading {tmp_path}/train.txt",
+      f"error: {tmp_path}/train.txt:3: label 9 is beyond the header's num_labels 5"]
+  assert not os.path.exists(os.path.join(tmp_path, "out"))  # Created, locked, removed.
