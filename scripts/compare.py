@@ -32,6 +32,8 @@ runs FedPU and its baselines on the paper's settings (Tables 1-3) and writes
 results.csv (setting, method, accuracy, ...), results.md and accuracy_curves.png.
 """
 
+import sys
+
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
@@ -42,6 +44,7 @@ from fed_retrieval.reports import comparison
 from fed_retrieval.reports import pu_comparison
 from fed_retrieval.reports import xc_comparison
 from fed_retrieval.training import federated_flags
+from fed_retrieval.training import run_directory
 from fed_retrieval.training.centralized_loop import CentralizedConfig
 from fed_retrieval.training.xc_training import XCCentralizedConfig
 from losses import pu_risk
@@ -93,7 +96,7 @@ def compare_pu() -> None:
       task_flags.pu_task_config_from_flags(), task_flags.pu_settings_from_flags(),
       _METHODS.value, federated_flags.pu_federated_config_from_flags(),
       model_flags.OUTPUT_DIR.value)
-  print(pu_comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
+  _report(pu_comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
 
 def compare_xc() -> None:
@@ -110,7 +113,14 @@ def compare_xc() -> None:
       task_flags.xc_task_config_from_flags(), _ALGORITHMS.value or fedaws.ALGORITHMS,
       federated, model_flags.OUTPUT_DIR.value,
       centralized if _CENTRALIZED_REFERENCES.value else None)
-  print(xc_comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
+  _report(xc_comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
+
+
+def _report(table: str) -> None:
+  """Prints the table, then says where the comparison's files are."""
+  print(table)
+  print(f"comparison: {run_directory.contents_line(model_flags.OUTPUT_DIR.value)}",
+        file=sys.stderr)
 
 
 def main(argv) -> None:
@@ -141,7 +151,7 @@ def main(argv) -> None:
       model_flags.OUTPUT_DIR.value, _BUDGET.value, _INCLUDE_SHUFFLED.value,
       _INCLUDE_FEDSGD.value, model_flags.EMBEDDING_DIM.value,
       sampled_softmax_algorithms, federated_flags.fedss_config_from_flags())
-  print(comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
+  _report(comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ def test_compare_on_mnist_test_files_writes_the_table(tmp_path):
   assert os.path.isfile(out / "accuracy_curves.png")
   assert "| iid_5x2 (iid 5x2 no overlap) |" in (out / "results.md").read_text()
   assert "| majority class |" in (out / "results.md").read_text()
+  assert (f"comparison: {out} holds results.md, results.csv, accuracy_curves.png "
+          f"(tensorboard --logdir={out})") in result.stderr
   assert len({r["majority_class_accuracy"] for r in rows}) == 1
 
 

@@ -59,8 +59,7 @@ def test_the_start_and_end_lines_say_where_the_run_is(tmp_path):
   (tmp_path / "tensorboard").mkdir()
   assert run_directory.finished_line(str(tmp_path), 85, 65, "round") == (
       f"finished after round 85 (reported: round 65); {tmp_path} holds results.json, "
-      f"metrics.csv, tensorboard/, recall_curves.png (tensorboard "
-      f"--logdir={tmp_path}/tensorboard)")
+      f"metrics.csv, tensorboard/, recall_curves.png (tensorboard --logdir={tmp_path})")
 
 
 def test_a_directory_a_failed_run_only_locked_is_removed_and_others_are_kept(tmp_path):

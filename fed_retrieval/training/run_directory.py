@@ -168,16 +168,20 @@ def starting_line(output_dir: str, done: int, unit: str) -> str:
   return f"{start} in {output_dir}"
 
 
-def finished_line(output_dir: str, trained: int, best: int, unit: str) -> str:
-  """Where the finished run's files are, and the TensorBoard command."""
+def contents_line(output_dir: str) -> str:
+  """'DIR holds results.json, ..., recall_curves.png (tensorboard --logdir=DIR)':
+  what a person looks at in a run's or a comparison's directory (TensorBoard
+  finds the logs of every run below DIR)."""
   shown = [name + ("/" if os.path.isdir(os.path.join(output_dir, name)) else "")
            for name in _SHOWN_FILES if os.path.exists(os.path.join(output_dir, name))]
   shown += sorted(name for name in os.listdir(output_dir) if name.endswith(".png"))
-  line = (f"finished after {unit} {trained} (reported: {unit} {best}); {output_dir} "
-          f"holds {', '.join(shown)}")
-  if "tensorboard/" in shown:
-    line += f" (tensorboard --logdir={os.path.join(output_dir, 'tensorboard')})"
-  return line
+  return f"{output_dir} holds {', '.join(shown)} (tensorboard --logdir={output_dir})"
+
+
+def finished_line(output_dir: str, trained: int, best: int, unit: str) -> str:
+  """How long the run trained, which model it reports and where its files are."""
+  return (f"finished after {unit} {trained} (reported: {unit} {best}); "
+          f"{contents_line(output_dir)}")
 
 
 def open_run(output_dir: str, run_config: Dict[str, Any],

@@ -109,13 +109,15 @@ class MovieLensTask:
       if len(self.splits[name]):
         continue
       if name.startswith("federated"):
-        fraction = self.config.user_split[("train", "val", "test").index(name[10:])]
+        fraction = self.config.user_split[
+            ("train", "val", "test").index(name.removeprefix("federated_"))]
         need = (f"{users} users with >= --min_timeline_length="
                 f"{self.config.min_timeline_length} ratings, and --user_split gives "
                 f"it {fraction:g} of them: it needs at least {math.ceil(1 / fraction)} "
                 "such users" if fraction else "--user_split gives it none")
       else:
-        fraction = self.config.example_split[("train", "test").index(name[12:])]
+        fraction = self.config.example_split[
+            ("train", "test").index(name.removeprefix("centralized_"))]
         need = (f"{examples} examples, and --example_split gives it {fraction:g} of "
                 f"them: it needs at least {math.ceil(1 / fraction)}" if fraction
                 else "--example_split gives it none")
