@@ -18,7 +18,10 @@ the hinge margin is defined on the raw cosine.
 Every loss can add `cross_spreadout_weight * cross_spreadout(s[:, y])`, the
 spreadout of the batch's off-diagonal context-positive scores (see
 `losses/spreadout.py`); it is a batch-level term, added to each example's loss
-so that Keras' mean over the batch adds it once.
+so that Keras' mean over the batch adds it once. And every loss can add
+`negative_spreadout_weight * negative_spreadout(y, s, negative_margin)`, per
+example, the spreadout of the context's scores above the margin against every
+item but its positive.
 """
 
 from typing import Any, Dict
@@ -42,12 +45,17 @@ class RetrievalLoss(tf.keras.losses.Loss):
   """A per-example retrieval loss plus the optional cross spreadout of the batch."""
 
   def __init__(self, cross_spreadout_weight: float = 0.0,
-               spreadout_form: str = "frobenius", **kwargs):
+               spreadout_form: str = "frobenius",
+               negative_spreadout_weight: float = 0.0,
+               negative_margin: float = spreadout.DEFAULT_NEGATIVE_MARGIN, **kwargs):
     super().__init__(**kwargs)
-    if cross_spreadout_weight < 0:
-      raise ValueError("--cross_spreadout_weight must be >= 0, got "
-                       f"{cross_spreadout_weight}")
+    for name, weight in (("cross", cross_spreadout_weight),
+                         ("negative", negative_spreadout_weight)):
+      if weight < 0:
+        raise ValueError(f"--{name}_spreadout_weight must be >= 0, got {weight}")
     self.cross_spreadout_weight = float(cross_spreadout_weight)
+    self.negative_spreadout_weight = float(negative_spreadout_weight)
+    self.negative_margin = float(negative_margin)
     self.spreadout_form = spreadout.check_form(spreadout_form)
 
   def per_example(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
@@ -60,11 +68,16 @@ class RetrievalLoss(tf.keras.losses.Loss):
     if self.cross_spreadout_weight:
       losses += self.cross_spreadout_weight * spreadout.cross_spreadout(
           tf.gather(y_pred, labels, axis=1), self.spreadout_form)
+    if self.negative_spreadout_weight:
+      losses += self.negative_spreadout_weight * spreadout.negative_spreadout(
+          labels, y_pred, self.negative_margin, self.spreadout_form)
     return losses
 
   def get_config(self) -> Dict[str, Any]:
     return {**super().get_config(),
             "cross_spreadout_weight": self.cross_spreadout_weight,
+            "negative_spreadout_weight": self.negative_spreadout_weight,
+            "negative_margin": self.negative_margin,
             "spreadout_form": self.spreadout_form}
 
 

@@ -29,15 +29,32 @@ Where spreadout applies (each with its own weight, see `SpreadoutWeights`):
 - `context`: the batch's context (query) embeddings;
 - `cross`: the off-diagonal similarities between the batch's contexts and the
   batch's positive items, s(x_i, y_j) for i != j (in-batch negatives as a
-  regularizer rather than a softmax).
+  regularizer rather than a softmax);
+- `negative`: each context's scores against every item but its positive
+  that exceed `negative_margin`, max(0, s(x_i, y) - m) for y != y_i, per
+  example (`negative_spreadout`): all the items are negatives, so it does not
+  depend on the batch (a contrastive loss's negative term, a hinge on the
+  negatives). It pushes an item away from the contexts it does not follow,
+  which the item table's spreadout never does: on real MovieLens, hinge +
+  item spreadout pulls a popular movie toward every context that precedes it
+  and nothing pushes it away from the others (README, "Real MovieLens").
+  Without a margin (all s^2) it does nothing useful: once the item table is
+  spread out, sum_y s(x, y)^2 = x^T (Y^T Y) x is the same for every unit x.
 """
 
 import dataclasses
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
 SPREADOUT_FORMS = ("frobenius", "mean")
+PLACES = ("item", "context", "cross", "negative")
+# The score a model gives a column that is not an item (the padding row):
+# softmaxes give it no weight, and `negative_spreadout` leaves it out.
+PADDING_SCORE = -1e9
+# Cosine above which a negative is pushed away from a context (`negative`);
+# chosen on ml-latest-small (README, "Real MovieLens").
+DEFAULT_NEGATIVE_MARGIN = 0.5
 
 
 def check_form(form: str) -> str:
@@ -49,23 +66,32 @@ def check_form(form: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class SpreadoutWeights:
-  """How much spreadout an objective adds, where, and in which form."""
+  """How much spreadout an objective adds, where, and in which form.
+
+  `negative` None means the objective's default (`registry.spreadout_for`
+  resolves it: H+S has a negative term, BS + spreadout has none).
+  """
   item: float = 0.0
   context: float = 0.0
   cross: float = 0.0
+  negative: Optional[float] = None
+  negative_margin: float = DEFAULT_NEGATIVE_MARGIN
   form: str = "frobenius"
 
   def __post_init__(self):
-    for place in ("item", "context", "cross"):
+    for place in PLACES:
       prefix = "" if place == "item" else f"{place}_"
-      if getattr(self, place) < 0:
+      if (getattr(self, place) or 0.0) < 0:
         raise ValueError(f"--{prefix}spreadout_weight must be >= 0, got "
                          f"{getattr(self, place)}")
+    if not -1.0 <= self.negative_margin < 1.0:
+      raise ValueError("--negative_margin is a cosine in [-1, 1), got "
+                       f"{self.negative_margin}")
     check_form(self.form)
 
   @property
   def any(self) -> bool:
-    return self.item > 0 or self.context > 0 or self.cross > 0
+    return any((getattr(self, place) or 0.0) > 0 for place in PLACES)
 
 
 def reduce_off_diagonal(squared_sum: tf.Tensor, n: tf.Tensor, form: str) -> tf.Tensor:
@@ -97,6 +123,28 @@ def cross_spreadout(batch_scores: tf.Tensor, form: str = "frobenius") -> tf.Tens
       tf.linalg.diag_part(batch_scores)))
   return reduce_off_diagonal(tf.reduce_sum(tf.square(off_diagonal)),
                              tf.shape(batch_scores)[0], form)
+
+
+def negative_spreadout(labels: tf.Tensor, scores: tf.Tensor, margin: float,
+                       form: str = "frobenius") -> tf.Tensor:
+  """Spreadout of each context's scores [B, V] above `margin`, positive left out.
+
+  Per example [B], over the columns j != labels[i] whose score is not
+  `PADDING_SCORE`, with r_ij = max(0, s_ij - margin): `frobenius`
+  sqrt(sum_j r_ij^2), `mean` the mean of r_ij^2.
+  """
+  is_negative = tf.logical_and(
+      scores > PADDING_SCORE / 2,
+      tf.logical_not(tf.one_hot(labels, tf.shape(scores)[1], on_value=True,
+                                off_value=False)))
+  excess = tf.where(is_negative, tf.nn.relu(scores - margin), tf.zeros_like(scores))
+  squared_sum = tf.reduce_sum(tf.square(excess), axis=1)
+  if form == "frobenius":
+    # A context with no negative above the margin adds 0, and no gradient.
+    violated = squared_sum > 0
+    return tf.where(violated, tf.sqrt(tf.where(violated, squared_sum, 1.0)), 0.0)
+  count = tf.reduce_sum(tf.cast(is_negative, scores.dtype), axis=1)
+  return squared_sum / tf.maximum(count, 1.0)
 
 
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")

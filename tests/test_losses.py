@@ -174,6 +174,56 @@ def test_cross_spreadout_is_added_to_every_loss(form):
         plain(labels, scores).numpy() + 0.7 * cross, rel=1e-6)
 
 
+def numpy_negative_spreadout(labels, scores, margin, form):
+  """Per example: the scores above `margin` of every real item but the positive."""
+  values = []
+  for i in range(B):
+    negatives = np.delete(np.arange(1, V), labels[i] - 1)  # column 0 is padding
+    excess = np.maximum(0.0, scores[i, negatives] - margin)
+    squares = np.sum(excess**2)
+    values.append(np.sqrt(squares) if form == "frobenius" else squares / len(negatives))
+  return np.array(values)
+
+
+@pytest.mark.parametrize("form", ["frobenius", "mean"])
+@pytest.mark.parametrize("margin", [-1.0, 0.0, 0.5])
+def test_negative_spreadout_value_and_gradient(form, margin):
+  labels, scores = random_case(8)
+  reference = numpy_negative_spreadout(labels, scores, margin, form)
+  values = spreadout.negative_spreadout(tf.constant(labels), tf.constant(scores),
+                                        margin, form).numpy()
+  np.testing.assert_allclose(values, reference, rtol=1e-6)
+  # d/ds_ij: r_ij / sqrt(sum r^2) (frobenius) or 2 r_ij / n (mean), per example.
+  excess = np.maximum(0.0, scores - margin)
+  excess[:, 0] = 0.0
+  excess[np.arange(B), labels] = 0.0
+  expected = (excess / np.maximum(reference, 1e-30)[:, None] if form == "frobenius"
+              else 2 * excess / (V - 2))
+  variable = tf.Variable(scores)
+  with tf.GradientTape() as tape:
+    total = tf.reduce_sum(spreadout.negative_spreadout(tf.constant(labels), variable,
+                                                       margin, form))
+  np.testing.assert_allclose(tape.gradient(total, variable).numpy(), expected,
+                             rtol=1e-6, atol=1e-12)
+
+
+def test_negative_spreadout_ignores_scores_below_the_margin_and_the_positive():
+  labels = np.array([1, 2], np.int32)
+  scores = np.array([[-1e9, 0.9, 0.6, 0.2], [-1e9, 0.7, 0.95, 0.5]])
+  values = spreadout.negative_spreadout(labels, scores, 0.5, "frobenius").numpy()
+  np.testing.assert_allclose(values, [0.1, 0.2], rtol=1e-5)
+
+
+def test_negative_spreadout_is_added_per_example():
+  labels, scores = random_case(9)
+  negative = numpy_negative_spreadout(labels, scores, 0.3, "frobenius")
+  plain = retrieval_losses.HingeLoss(0.5)
+  with_negative = retrieval_losses.HingeLoss(0.5, negative_spreadout_weight=0.2,
+                                             negative_margin=0.3)
+  assert with_negative(labels, scores).numpy() == pytest.approx(
+      plain(labels, scores).numpy() + 0.2 * negative.mean(), rel=1e-6)
+
+
 def test_hinge_defaults_to_the_squared_hinge():
   labels, scores = random_case(7)
   reference, _ = numpy_hinge(labels, scores, 0.9, 2)
@@ -184,7 +234,8 @@ def test_hinge_defaults_to_the_squared_hinge():
     retrieval_losses.BatchSoftmaxLoss(0.1, remove_accidental_hits=True),
     retrieval_losses.GlobalSoftmaxLoss(0.2),
     retrieval_losses.HingeLoss(0.5, power=1, cross_spreadout_weight=0.3,
-                               spreadout_form="mean"),
+                               spreadout_form="mean", negative_spreadout_weight=0.2,
+                               negative_margin=0.1),
 ])
 def test_losses_rebuild_from_config(loss):
   rebuilt = type(loss).from_config(loss.get_config())
@@ -201,23 +252,45 @@ def test_spreadout_regularizer_rebuilds_from_config():
 
 def test_registry_names_and_weights():
   assert registry.objective("hinge_spreadout").spreadout == SpreadoutWeights(
-      item=registry.DEFAULT_ITEM_SPREADOUT_WEIGHT)
-  custom = SpreadoutWeights(item=0.25, cross=0.5)
+      item=registry.DEFAULT_ITEM_SPREADOUT_WEIGHT,
+      negative=registry.DEFAULT_NEGATIVE_SPREADOUT_WEIGHTS["hinge_spreadout"])
+  assert registry.objective("batch_softmax_spreadout").spreadout == SpreadoutWeights(
+      item=registry.DEFAULT_ITEM_SPREADOUT_WEIGHT, negative=0.0)
+  custom = SpreadoutWeights(item=0.25, cross=0.5, negative=0.0)
   built = registry.objective("hinge_spreadout", custom)
   assert built.spreadout == custom and built.loss.cross_spreadout_weight == 0.5
+  assert built.loss.negative_spreadout_weight == 0.0
   assert built.loss.power == 2
   assert not registry.objective("global_softmax").spreadout.any
   assert isinstance(registry.objective("batch_softmax_spreadout").loss,
                     retrieval_losses.BatchSoftmaxLoss)
   config = registry.ObjectiveConfig("hinge_spreadout", custom)
-  assert config.for_loss("global_softmax").build().spreadout == SpreadoutWeights()
+  assert config.for_loss("global_softmax").build().spreadout == SpreadoutWeights(
+      negative=0.0)
   assert config.for_loss("batch_softmax_spreadout").spreadout == custom
+
+
+def test_an_unset_negative_weight_is_each_losss_default():
+  """A comparison gives H+S its negative term and BS + spreadout none, whatever
+  other spreadout the flags set."""
+  config = registry.ObjectiveConfig("hinge_spreadout", SpreadoutWeights(item=0.3))
+  hinge = config.build()
+  assert hinge.spreadout.item == 0.3
+  assert hinge.loss.negative_spreadout_weight == (
+      registry.DEFAULT_NEGATIVE_SPREADOUT_WEIGHTS["hinge_spreadout"])
+  batch = config.for_loss("batch_softmax_spreadout").build()
+  assert batch.spreadout.item == 0.3 and batch.loss.negative_spreadout_weight == 0.0
 
 
 @pytest.mark.parametrize("call,message", [
     (lambda: registry.objective("softmax"), "--loss: unknown loss 'softmax'"),
     (lambda: SpreadoutWeights(item=-1.0), "--spreadout_weight must be >= 0"),
     (lambda: SpreadoutWeights(cross=-1.0), "--cross_spreadout_weight must be >= 0"),
+    (lambda: SpreadoutWeights(negative=-1.0),
+     "--negative_spreadout_weight must be >= 0"),
+    (lambda: SpreadoutWeights(negative_margin=1.0), "--negative_margin is a cosine"),
+    (lambda: registry.objective("global_softmax", SpreadoutWeights(negative=0.1)),
+     "--spreadout_weight is for the \\*_spreadout losses"),
     (lambda: SpreadoutWeights(form="max"), "--spreadout_form must be one of"),
     (lambda: registry.objective("hinge", SpreadoutWeights(item=0.5)),
      "use hinge_spreadout"),

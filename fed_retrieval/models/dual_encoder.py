@@ -18,11 +18,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
+from losses.spreadout import PADDING_SCORE
 from losses.spreadout import SpreadoutActivity
 from losses.spreadout import SpreadoutRegularizer
 from losses.spreadout import SpreadoutWeights
-
-PADDING_SCORE = -1e9
 
 
 @dataclasses.dataclass(frozen=True)

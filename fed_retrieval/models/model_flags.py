@@ -20,6 +20,15 @@ CROSS_SPREADOUT_WEIGHT = flags.DEFINE_float(
     "cross_spreadout_weight", 0.0,
     "Weight of spreadout on the batch's off-diagonal context-item scores "
     "(*_spreadout losses).")
+NEGATIVE_SPREADOUT_WEIGHT = flags.DEFINE_float(
+    "negative_spreadout_weight", None,
+    "Weight of spreadout on each context's scores above --negative_margin "
+    "against every item but its positive (*_spreadout losses; default "
+    + ", ".join(f"{name} {weight}" for name, weight in
+                registry.DEFAULT_NEGATIVE_SPREADOUT_WEIGHTS.items()) + ", else 0).")
+NEGATIVE_MARGIN = flags.DEFINE_float(
+    "negative_margin", spreadout.DEFAULT_NEGATIVE_MARGIN,
+    "Cosine above which the negative spreadout pushes an item from a context.")
 SPREADOUT_FORM = flags.DEFINE_enum(
     "spreadout_form", "frobenius", list(spreadout.SPREADOUT_FORMS),
     "frobenius: sqrt(sum_{i!=j} s_ij^2), the paper's code; mean: the mean of "
@@ -44,12 +53,15 @@ KS = flags.DEFINE_list("k", ["1", "5", "10"], "Cut-offs of recall@k.")
 def spreadout_from_flags() -> Optional[spreadout.SpreadoutWeights]:
   """The spreadout the flags ask for; None when they leave the default."""
   if (SPREADOUT_WEIGHT.value is None and not CONTEXT_SPREADOUT_WEIGHT.value and
-      not CROSS_SPREADOUT_WEIGHT.value and SPREADOUT_FORM.value == "frobenius"):
+      not CROSS_SPREADOUT_WEIGHT.value and NEGATIVE_SPREADOUT_WEIGHT.value is None and
+      NEGATIVE_MARGIN.value == spreadout.DEFAULT_NEGATIVE_MARGIN and
+      SPREADOUT_FORM.value == "frobenius"):
     return None
   item = SPREADOUT_WEIGHT.value
   return spreadout.SpreadoutWeights(
       item=registry.DEFAULT_ITEM_SPREADOUT_WEIGHT if item is None else item,
       context=CONTEXT_SPREADOUT_WEIGHT.value, cross=CROSS_SPREADOUT_WEIGHT.value,
+      negative=NEGATIVE_SPREADOUT_WEIGHT.value, negative_margin=NEGATIVE_MARGIN.value,
       form=SPREADOUT_FORM.value)
 
 
@@ -74,5 +86,5 @@ def ks_from_flag() -> tuple:
 # flags (--task=movielens) and those every task reads.
 MODEL_FLAGS = ("Dual encoder and loss", "movielens", (
     LOSS, SPREADOUT_WEIGHT, CONTEXT_SPREADOUT_WEIGHT, CROSS_SPREADOUT_WEIGHT,
-    SPREADOUT_FORM, HINGE_POWER, TEMPERATURE, MARGIN, EMBEDDING_DIM))
+    NEGATIVE_SPREADOUT_WEIGHT, NEGATIVE_MARGIN, SPREADOUT_FORM, HINGE_POWER, TEMPERATURE, MARGIN, EMBEDDING_DIM))
 RUN_FLAGS = ("Run", None, (BATCH_SIZE, SEED, KS, OUTPUT_DIR))
