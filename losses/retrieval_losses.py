@@ -42,7 +42,8 @@ def _check_positive(value: float, name: str) -> float:
 
 
 class RetrievalLoss(tf.keras.losses.Loss):
-  """A per-example retrieval loss plus the optional cross spreadout of the batch."""
+  """A per-example retrieval loss plus the optional cross spreadout of the batch
+  and negative spreadout of each example."""
 
   def __init__(self, cross_spreadout_weight: float = 0.0,
                spreadout_form: str = "frobenius",
