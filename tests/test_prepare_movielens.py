@@ -5,9 +5,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import tensorflow as tf
 
 from tasks.movielens import item_vocabulary
+from tasks.movielens import movielens_task
 from tasks.movielens import prepared_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,6 +43,15 @@ def test_writes_tfrecords_and_stats(tmp_path):
       splits["centralized_train"]["examples"]
   assert count_records(os.path.join(output_dir, "test.tfrecord"), 5) == \
       splits["centralized_test"]["examples"]
+  assert 0.1 < stats["top_decile_movies_share_of_train_positives"] < 1.0
+
+
+def test_top_decile_share_by_hand():
+  # 20 items (+ padding): the top 10% are 2 items, holding 5 + 3 of 12 labels.
+  labels = np.array([7] * 5 + [2] * 3 + [1, 4, 9, 20])
+  assert movielens_task.top_decile_share(labels, 21) == round(8 / 12, 4)
+  # 5 items: the top decile rounds up to one item, padding is never counted.
+  assert movielens_task.top_decile_share(np.array([0, 0, 3, 3, 1]), 6) == round(2 / 3, 4)
 
 
 def test_malformed_file_fails_cleanly_without_output(tmp_path):

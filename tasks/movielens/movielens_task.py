@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import pandas as pd
 
 from tasks.movielens import item_vocabulary
@@ -157,7 +158,18 @@ class MovieLensTask:
         "total_examples": all_examples,
         "splits": {name: {"users": examples.num_users, "examples": len(examples)}
                    for name, examples in splits.items()},
+        "top_decile_movies_share_of_train_positives": top_decile_share(
+            self.federated_train.labels, self.vocabulary_size),
     }
+
+
+def top_decile_share(labels: np.ndarray, vocabulary_size: int) -> float:
+  """The share of `labels` held by the most frequent 10% of the vocabulary's
+  items (padding 0 out; at least one item): how popularity-skewed the data is,
+  which is what H+S's negative term corrects (README, "Real MovieLens")."""
+  counts = np.sort(np.bincount(labels, minlength=vocabulary_size)[1:])[::-1]
+  top = max(1, int(np.ceil(len(counts) / 10)))
+  return round(float(counts[:top].sum() / max(counts.sum(), 1)), 4)
 
 
 def synthetic_ratings_path(preset_name: str, cache_dir: str) -> str:
