@@ -96,12 +96,14 @@ benchmark: $(STAMP)
 	$(PY) -m scripts.benchmark --synthetic=ml1m --loss=global_softmax
 	$(PY) -m scripts.benchmark --synthetic=ml1m --loss=batch_softmax
 
-# FedAwS's server step: 1,000 updated classes against 100k x 128, then all 100k.
+# FedAwS's and FedSS's round (and full softmax's) at 10k and 100k classes.
 benchmark-round-cost: $(STAMP)
-	$(PY) -m scripts.benchmark_round_cost --num_classes=10000
-	$(PY) -m scripts.benchmark_round_cost --num_classes=100000
-	$(PY) -m scripts.benchmark_round_cost --num_classes=10000 --algorithm=full_softmax
-	$(PY) -m scripts.benchmark_round_cost --num_classes=100000 --algorithm=full_softmax
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=10000
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=10000
+	$(PY) -m scripts.benchmark_round_cost --algorithm=full_softmax --num_classes=10000
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=100000
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=100000
+	$(PY) -m scripts.benchmark_round_cost --algorithm=full_softmax --num_classes=100000
 
 benchmark-spreadout: $(STAMP)
 	$(PY) -m scripts.benchmark_spreadout --updated_classes=1000

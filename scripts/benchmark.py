@@ -5,7 +5,8 @@ Prints one JSON object: federated_examples_per_sec, centralized_examples_per_sec
 ratio (federated / centralized), tight_loop_examples_per_sec (plain SGD steps
 in a tf.function over batches in memory: the reference),
 federated_fraction_of_tight_loop, centralized_fraction_of_tight_loop,
-seconds_per_round, peak_rss_mb and details.
+seconds_per_round, federated_memory (peak RSS of the process tree, the TFF
+worker included, during the federated rounds) and details.
 """
 
 import json
@@ -60,9 +61,8 @@ def main(argv) -> None:
       "centralized_by_steps_per_execution": {k: round(v, 1)
                                              for k, v in centralized.items()},
       "tight_loop_by_xla": {k: round(v, 1) for k, v in tight.items()},
-      "peak_rss_mb": round(throughput.own_peak_rss_mb() +
-                           federated["worker_peak_rss_mb"], 1),
-      "worker_peak_rss_mb": round(federated["worker_peak_rss_mb"], 1),
+      # The federated rounds' process tree: Python and the TFF worker.
+      "federated_memory": federated["memory"],
   }, indent=2))
 
 

@@ -1,27 +1,33 @@
-"""Seconds and peak memory of one FedSS round against the size of the label space.
+"""Seconds, process-tree memory and bytes of one FedAwS or FedSS round against
+the size of the label space.
 
-A FedSS client's work and traffic depend on its key set (positives + sampled
-negatives), not on the number of classes; the server still holds, and
-aggregates rows into, the whole table. The benchmark builds random clients
-(each with `classes_per_client` classes and `points_per_client` points of
-random sparse features), runs one warm-up round of the algorithm's process
-and times `repeats` more; peak RSS is the process's (run one configuration per
-process, as `scripts.benchmark_round_cost` does).
+A client's work and traffic depend on its key set (its classes, plus FedSS's
+sampled negatives), not on the number of classes; the server holds the whole
+table. The benchmark builds random clients (each with `classes_per_client`
+classes and `points_per_client` points of `FEATURES_PER_POINT` random sparse
+features), runs one warm-up round of the algorithm's process and times
+`repeats` more. Memory is the peak RSS of the whole process tree during the
+rounds (`process_memory.ProcessTreePeak`: the Python process and the TFF
+worker, where the computations run); run one configuration per process, as
+`scripts.benchmark_round_cost` does.
 """
 
-import resource
 import time
 from typing import Any, Dict, List
 
 import numpy as np
 import tensorflow as tf
 
+from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
+from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import xc_encoder
+from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
 
 FEATURES_PER_POINT = 16
+ALGORITHMS = fedaws.ALGORITHMS + fedss.ALGORITHMS
 
 
 def random_clients(num_clients: int, points_per_client: int, classes_per_client: int,
@@ -40,19 +46,38 @@ def random_clients(num_clients: int, points_per_client: int, classes_per_client:
   return datasets
 
 
+def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str,
+                       num_negatives: int, classes_per_client: int, seed: int):
+  """(process builder, (bytes down, up) per client) of `algorithm`."""
+  if algorithm in fedss.ALGORITHMS:
+    config = FedSSConfig(algorithm=algorithm, num_negatives=num_negatives,
+                         positives_per_client=classes_per_client)
+    return (lambda: fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed),
+            fedss.bytes_per_client(model.weight_shapes(), model.num_labels,
+                                   model.embedding_dim, config))
+  config = FedAwSConfig(algorithm=algorithm, rows_per_client=classes_per_client)
+  return (lambda: fedaws.build_process(model, config, FEATURES_PER_POINT, seed),
+          fedaws.bytes_per_client(model, config))
+
+
 def round_benchmark(num_classes: int, algorithm: str = "fedss", num_negatives: int = 500,
                     num_features: int = 20_000, num_clients: int = 100,
                     points_per_client: int = 100, classes_per_client: int = 10,
                     batch_size: int = 16, repeats: int = 3, seed: int = 0
                     ) -> Dict[str, Any]:
+  """The figures of `repeats` timed rounds of `algorithm` (small architecture)."""
+  if algorithm not in ALGORITHMS:
+    raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, "
+                     f"got '{algorithm}'")
   model = xc_encoder.XCEncoderConfig(num_features, num_classes, bag_dim=64,
                                      hidden_dims=(128,), embedding_dim=64)
-  config = FedSSConfig(algorithm=algorithm, num_negatives=num_negatives,
-                       positives_per_client=classes_per_client)
   clients = random_clients(num_clients, points_per_client, classes_per_client,
                            num_classes, num_features, batch_size, seed)
-  with tff_runtime.local_execution_context():
-    process = fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed)
+  build_process, (down, up) = _process_and_bytes(model, algorithm, num_negatives,
+                                                 classes_per_client, seed)
+  with tff_runtime.local_execution_context(), \
+       process_memory.ProcessTreePeak() as peak:
+    process = build_process()
     state = process.initialize()
     state = process.next(state, clients).state  # Warm-up: traces and compiles.
     seconds = []
@@ -60,13 +85,13 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", num_negatives: i
       start = time.perf_counter()
       state = process.next(state, clients).state
       seconds.append(time.perf_counter() - start)
-  down, up = fedss.bytes_per_client(model.weight_shapes(), num_classes,
-                                    model.embedding_dim, config)
+  model_bytes = 4 * (sum(int(np.prod(s)) for s in model.weight_shapes()) +
+                     num_classes * model.embedding_dim)
   return {"algorithm": algorithm, "num_classes": num_classes,
-          "keys_per_client": config.num_keys(num_classes),
-          "clients_per_round": num_clients,
-          "seconds_per_round_min": min(seconds),
-          "seconds_per_round_mean": float(np.mean(seconds)),
-          "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+          "num_features": num_features, "clients_per_round": num_clients,
+          "seconds_per_round_min": round(min(seconds), 3),
+          "seconds_per_round_mean": round(float(np.mean(seconds)), 3),
+          "memory": peak.report(),
           "bytes_down_per_client": down, "bytes_up_per_client": up,
-          "class_table_bytes": 4 * num_classes * model.embedding_dim}
+          "model_bytes": model_bytes,
+          "down_share_of_model": round(down / model_bytes, 5)}

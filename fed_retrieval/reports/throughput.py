@@ -11,7 +11,6 @@ reported as fractions of it.
 """
 
 import math
-import resource
 import time
 from typing import Dict
 
@@ -21,6 +20,7 @@ import tensorflow as tf
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.models import dual_encoder
+from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training.federated_loop import FederatedConfig
@@ -31,11 +31,14 @@ from tasks.movielens.movielens_task import MovieLensTask
 
 def federated_throughput(task: MovieLensTask, config: FederatedConfig,
                          rounds: int) -> Dict[str, float]:
-  """Examples/s and seconds/round of `rounds` timed rounds after a warm-up round.
+  """Examples/s and seconds/round of `rounds` timed rounds after a warm-up
+  round, and the peak memory of the process tree (this process and the TFF
+  worker) meanwhile.
 
   The worker is stopped afterwards, so it cannot compete with what runs next.
   """
-  with tff_runtime.local_execution_context() as worker:
+  with tff_runtime.local_execution_context(), \
+       process_memory.ProcessTreePeak() as peak:
     model_config = federated_loop.model_config_for(task, config, 16)
     process = fedavg.build_learning_process(
         fedavg.retrieval_model_fn(model_config, config.objective),
@@ -55,11 +58,10 @@ def federated_throughput(task: MovieLensTask, config: FederatedConfig,
       if round_num > 0:  # Round 0 warms up.
         seconds += elapsed
         examples += int(output.metrics["client_work"]["train"]["num_examples"])
-    worker_peak_rss_mb = _peak_rss_mb(worker.pid)
   return {"federated_examples_per_sec": examples / seconds,
           "seconds_per_round": seconds / rounds,
           "examples_per_round": examples / rounds,
-          "worker_peak_rss_mb": worker_peak_rss_mb}
+          "memory": peak.report()}
 
 
 def _objective_and_model(task: MovieLensTask, loss: str):
@@ -120,19 +122,3 @@ def tight_loop_throughput(task: MovieLensTask, loss: str, batch_size: int,
   start = time.perf_counter()
   train(tf.constant(0), tf.constant(steps))
   return steps * batch_size / (time.perf_counter() - start)
-
-
-def _peak_rss_mb(pid) -> float:
-  """VmHWM of a live process, in MB (0 if unknown)."""
-  try:
-    with open(f"/proc/{pid}/status") as f:
-      for line in f:
-        if line.startswith("VmHWM:"):
-          return int(line.split()[1]) / 1024
-  except (FileNotFoundError, TypeError):
-    pass
-  return 0.0
-
-
-def own_peak_rss_mb() -> float:
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

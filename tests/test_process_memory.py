@@ -1,0 +1,44 @@
+"""ProcessTreePeak counts the memory of child processes (the TFF worker's)."""
+
+import subprocess
+import sys
+import time
+
+import psutil
+
+from fed_retrieval.runtime import process_memory
+
+CHILD_MB = 300
+# A child that fills CHILD_MB of memory, says so, and holds it until killed.
+_CHILD = (f"import sys, time\nblock = b'\\x01' * ({CHILD_MB} * 1024 * 1024)\n"
+          "print('ready', flush=True)\ntime.sleep(60)\n")
+
+
+def test_the_peak_counts_a_child_process():
+  own_mb = psutil.Process().memory_info().rss / process_memory.MB
+  with process_memory.ProcessTreePeak(interval_seconds=0.01) as peak:
+    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+      assert child.stdout.readline().strip() == "ready"
+      peak_before_exit = peak.peak_rss_mb
+      time.sleep(0.1)  # At least one sample with the child's block resident.
+    finally:
+      child.kill()
+      child.wait()
+  report = peak.report()
+  assert report["processes"] >= 2
+  # The child's block and this process (a sampled sum, so not above both
+  # high-water marks).
+  assert report["peak_rss_mb"] >= own_mb + 0.9 * CHILD_MB
+  assert report["peak_rss_mb"] <= report["peak_rss_mb_sum_of_high_water_marks"] + 1
+  assert peak_before_exit <= report["peak_rss_mb"]
+
+
+def test_without_children_the_peak_is_this_process():
+  with process_memory.ProcessTreePeak() as peak:
+    block = b"\x01" * (50 * 1024 * 1024)
+  del block
+  report = peak.report()
+  assert report["processes"] == 1
+  assert 50 <= report["peak_rss_mb"] <= report["peak_rss_mb_sum_of_high_water_marks"]
