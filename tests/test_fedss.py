@@ -50,6 +50,40 @@ def test_key_set_is_fixed_size_without_positives_among_negatives_and_seeded():
     assert sorted(keys[1:]) == list(range(2, 12))
 
 
+def test_skip_excluded_maps_ranks_to_the_allowed_ids_by_hand():
+  # Ids 0..9 without {0, 3, 4, 9}: the allowed ids are 1, 2, 5, 6, 7, 8.
+  ranks = tf.constant([0, 1, 2, 3, 4, 5], tf.int32)
+  np.testing.assert_array_equal(
+      fedss.skip_excluded(ranks, tf.constant([0, 3, 4, 9], tf.int32)).numpy(),
+      [1, 2, 5, 6, 7, 8])
+  np.testing.assert_array_equal(
+      fedss.skip_excluded(ranks, tf.zeros([0], tf.int32)).numpy(), ranks.numpy())
+
+
+def test_draw_distinct_is_a_uniform_sample_without_replacement():
+  population, count, draws = 20, 5, 4000
+  hits = np.zeros(population)
+  for i in range(draws):
+    sample = fedss.draw_distinct(count, tf.constant(population),
+                                 tf.constant([i, 7], tf.int64)).numpy()
+    assert len(set(sample)) == count and sample.min() >= 0 and sample.max() < population
+    hits[sample] += 1
+  expected = draws * count / population
+  chi_square = ((hits - expected) ** 2 / expected).sum()
+  assert chi_square < 43.8  # The 0.999 quantile of chi-square with 19 d.o.f.
+  # All of a population: every value once.
+  everything = fedss.draw_distinct(population, tf.constant(population),
+                                   tf.constant([1, 2], tf.int64)).numpy()
+  assert sorted(everything) == list(range(population))
+
+
+def test_negatives_are_drawn_without_touching_every_class():
+  # 2^31 - 1 classes: a draw over all of them would need 8 GB.
+  keys, is_real = keys_of([5, 2 ** 31 - 2], slots=2, classes=2 ** 31 - 1, negatives=100)
+  assert is_real.all() and len(set(keys)) == 102
+  assert keys[2:].min() >= 0 and keys[2:].max() < 2 ** 31 - 1
+
+
 def test_key_set_refuses_more_positives_than_slots():
   with pytest.raises(tf.errors.InvalidArgumentError, match="positive slots"):
     keys_of([1, 2, 3], slots=2)

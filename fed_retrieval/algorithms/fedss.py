@@ -130,8 +130,9 @@ def sample_key_set(positive_ids: tf.Tensor, positive_slots: int, num_classes: in
   Keys: the distinct `positive_ids`, sorted (so the set does not depend on the
   order of the client's shuffled data) and padded to `positive_slots` by
   repeating the first, then `num_negatives` distinct classes drawn uniformly
-  from those neither positive nor reserved (MovieLens: item 0, padding). The draw is
-  seeded by `round_seed` (seed, round) folded with the client's fingerprint.
+  from those neither positive nor reserved (MovieLens: item 0, padding), in
+  O(num_negatives) (`draw_distinct`, `skip_excluded`). The draw is seeded by
+  `round_seed` (seed, round) folded with the client's fingerprint.
   """
   distinct = tf.sort(tf.unique(tf.reshape(positive_ids, [-1]))[0])
   check = tf.debugging.assert_less_equal(tf.size(distinct), positive_slots, message=(
@@ -145,13 +146,49 @@ def sample_key_set(positive_ids: tf.Tensor, positive_slots: int, num_classes: in
     return positives, is_real
   seed = tf.random.experimental.stateless_fold_in(
       tf.cast(round_seed, tf.int64), client_fingerprint(distinct))
-  excluded = tf.concat([distinct, tf.constant(reserved_ids, tf.int32)], 0)
-  draw = tf.random.stateless_uniform([num_classes], seed)
-  draw = tf.tensor_scatter_nd_update(draw, excluded[:, None],
-                                     -tf.ones_like(excluded, tf.float32))
-  negatives = tf.math.top_k(draw, num_negatives, sorted=False).indices
+  excluded = tf.sort(tf.unique(
+      tf.concat([distinct, tf.constant(reserved_ids, tf.int32)], 0))[0])
+  ranks = draw_distinct(num_negatives, num_classes - tf.size(excluded), seed)
+  negatives = skip_excluded(ranks, excluded)
   return (tf.concat([positives, negatives], 0),
           tf.concat([is_real, tf.ones([num_negatives], tf.bool)], 0))
+
+
+def draw_distinct(count: int, population: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+  """`count` distinct integers drawn uniformly from [0, population), [count] int32.
+
+  The first `count` distinct values of a stream of seeded uniform draws (chunks
+  of 2 * count + 16, the i-th seeded by `seed` folded with i): O(count) work
+  when count is small against the population, instead of a top-k over all of
+  it. Every ordered sample of distinct values is equally likely, so the set is
+  a uniform sample without replacement. Needs count <= population.
+  """
+  chunk = 2 * count + 16
+  population = tf.cast(population, tf.int64)
+
+  def more(drawn, i):
+    values = tf.random.stateless_uniform(
+        [chunk], tf.random.experimental.stateless_fold_in(seed, i), minval=0,
+        maxval=population, dtype=tf.int64)
+    return tf.unique(tf.concat([drawn, values], 0))[0], i + 1
+
+  drawn, _ = tf.while_loop(
+      lambda drawn, i: tf.size(drawn) < count, more,
+      (tf.zeros([0], tf.int64), tf.constant(0, tf.int64)),
+      shape_invariants=(tf.TensorShape([None]), tf.TensorShape([])))
+  return tf.reshape(tf.cast(drawn[:count], tf.int32), [count])
+
+
+def skip_excluded(ranks: tf.Tensor, excluded: tf.Tensor) -> tf.Tensor:
+  """The ids of `ranks` among the ids that are not `excluded` (sorted, distinct).
+
+  The r-th allowed id is r plus the number of excluded ids at or below it:
+  excluded id e_i has e_i - i allowed ids below it, so a binary search over
+  those counts finds it in O(log |excluded|).
+  """
+  allowed_below = excluded - tf.range(tf.size(excluded), dtype=excluded.dtype)
+  return ranks + tf.searchsorted(allowed_below, ranks, side="right",
+                                 out_type=ranks.dtype)
 
 
 def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tensor,
