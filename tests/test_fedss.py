@@ -97,37 +97,35 @@ def test_sparse_row_aggregation_matches_numpy():
       ([1, 2, 5], rng.normal(size=(3, 3)), [True, True, True]),
       ([2, 4, 4], rng.normal(size=(3, 3)), [True, True, False]),
   ]
-  sums, counts = tf.zeros([6, 3]), tf.zeros([6])
-  for keys, deltas, real in updates:
-    sums, counts = sub_model.add_rows(sums, counts, tf.constant(keys),
-                                      tf.constant(deltas, tf.float32), tf.constant(real))
-  new_table, updated = sub_model.apply_row_updates(tf.constant(table), sums, counts)
+  keys, deltas, real = zip(*updates)
+
+  def applied(row_mean, weights):
+    ids, means = sub_model.row_means(keys, deltas, real, weights, row_mean)
+    new_table = table.copy()
+    new_table[ids] += means
+    return new_table, ids
+
+  new_table, updated = applied("holders", [9.0, 9.0, 9.0])  # Weights do not count.
   expected = table.copy()
   held = {}
-  for keys, deltas, real in updates:
-    for key, delta, is_real in zip(keys, deltas, real):
+  for keys_, deltas_, real_ in updates:
+    for key, delta, is_real in zip(keys_, deltas_, real_):
       if is_real:
         held.setdefault(key, []).append(delta)
-  for key, deltas in held.items():
-    expected[key] += np.mean(deltas, axis=0)
-  np.testing.assert_allclose(new_table.numpy(), expected, atol=1e-6)
-  np.testing.assert_array_equal(updated.numpy(), [1, 2, 4, 5])
+  for key, held_deltas in held.items():
+    expected[key] += np.mean(held_deltas, axis=0)
+  np.testing.assert_allclose(new_table, expected, atol=1e-6)
+  np.testing.assert_array_equal(updated, [1, 2, 4, 5])
   # FedAvg's mean over every client (row_mean="clients"): examples 2, 5, 3 weigh
   # the deltas and divide their sum; a row a client did not hold counts as 0.
   weights = [2.0, 5.0, 3.0]
-  sums, counts = tf.zeros([6, 3]), tf.zeros([6])
-  for (keys, deltas, real), weight in zip(updates, weights):
-    sums, counts = sub_model.add_rows(sums, counts, tf.constant(keys),
-                                      tf.constant(deltas, tf.float32), tf.constant(real),
-                                      weight)
-  new_table, _ = sub_model.apply_row_updates(tf.constant(table), sums, counts,
-                                             tf.constant(sum(weights)))
+  new_table, _ = applied("clients", weights)
   expected = table.copy()
-  for (keys, deltas, real), weight in zip(updates, weights):
-    for key, delta, is_real in zip(keys, deltas, real):
+  for (keys_, deltas_, real_), weight in zip(updates, weights):
+    for key, delta, is_real in zip(keys_, deltas_, real_):
       expected[key] += is_real * weight * delta / sum(weights)
-  np.testing.assert_allclose(new_table.numpy(), expected, atol=1e-6)
-  np.testing.assert_array_equal(new_table.numpy()[[0, 3]], table[[0, 3]])
+  np.testing.assert_allclose(new_table, expected, atol=1e-6)
+  np.testing.assert_array_equal(new_table[[0, 3]], table[[0, 3]])
 
 
 def numpy_candidate_loss(logits, positions, allowed, log_q=None):
@@ -196,12 +194,13 @@ def numpy_round_loss(tower, rows, ids, values, positions, allowed, scale):
   return numpy_candidate_loss(scale * g @ unit.T, positions, allowed)
 
 
-@pytest.mark.parametrize("row_mean", sub_model.ROW_MEANS)
-def test_one_fedss_round_matches_a_hand_computation(row_mean):
+@pytest.mark.parametrize("row_mean,bag", [("holders", "selected"), ("clients", "selected"),
+                                          ("holders", "whole")])
+def test_one_fedss_round_matches_a_hand_computation(row_mean, bag):
   config = FedSSConfig(num_negatives=3, positives_per_client=2, client_learning_rate=0.4,
                        server_optimizer="sgd", server_learning_rate=1.0,
                        row_mean=row_mean)
-  process = fedss.build_xc_process(MODEL, config, max_features=WIDTH, seed=3)
+  process = fedss.build_xc_process(MODEL, config, max_features=WIDTH, seed=3, bag=bag)
   state = process.initialize()
   start = [np.asarray(w, np.float64) for w in process.get_model_weights(state).trainable]
   tower, table = start[:-1], start[-1]

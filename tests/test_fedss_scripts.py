@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.script_runs import ROOT
 
 QUICK = ["--rounds=3", "--clients_per_round=10", "--eval_every=3", "--patience=0"]
@@ -33,6 +35,9 @@ def test_xc_fedss_on_held_out_classes_reports_map_at_r_and_bytes(tmp_path):
     assert 0.0 < float(row["map@r"]) <= 1.0 and row["precision@1"] == ""
   fedss_down, pos_only_down = (int(r["bytes_down_per_client"]) for r in rows)
   assert fedss_down - pos_only_down == 4 * 20 * 256  # The 20 negatives' rows.
+  real_down = [float(r["mean_real_bytes_down_per_client"]) for r in rows]
+  assert real_down[0] - real_down[1] == pytest.approx(4 * 20 * 256)
+  assert real_down[0] < fedss_down  # Each client's own bag rows, not the largest's.
 
 
 def test_movielens_sampled_global_softmax_moves_fewer_bytes_than_full(tmp_path):

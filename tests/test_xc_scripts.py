@@ -11,6 +11,7 @@ import pytest
 
 from tasks.xc import synthetic_xc
 from tasks.xc import xc_io
+from tasks.xc import xc_task
 from tests.script_runs import ROOT
 
 QUICK = ["--task=xc", "--rounds=4", "--clients_per_round=20", "--eval_every=2",
@@ -39,8 +40,16 @@ def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):
   for row in rows:
     assert 0.0 <= float(row["precision@1"]) <= 1.0
   fedaws_down, oracle_down = (int(r["bytes_down_per_client"]) for r in rows[2:4])
-  # The oracle sends the whole 200 x 256 class table, FedAwS one row.
-  assert oracle_down - fedaws_down == 4 * (200 - 1) * 256
+  # The oracle sends the whole 200 x 256 class table and the whole bag; FedAwS
+  # one row and the bag rows of the client with the most features.
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      train_path=f"{tmp_path}/train.txt", test_path=f"{tmp_path}/test.txt"))
+  bag_rows = task.bag_rows_per_client()
+  assert oracle_down - fedaws_down == 4 * (200 - 1 + task.num_features + 1 -
+                                          bag_rows.max()) * 256
+  # As deployed, each client gets its own bag rows: the mean, not the largest.
+  assert float(rows[2]["mean_real_bytes_down_per_client"]) == pytest.approx(
+      fedaws_down - 4 * 256 * (bag_rows.max() - bag_rows.mean()), rel=1e-6)
   assert rows[2]["rounds"] == "4"
   # Gaps to the references: the clients hold one drawn label a point by default.
   fedaws, one_label = float(rows[2]["precision@1"]), float(rows[0]["precision@1"])

@@ -73,6 +73,27 @@ def test_synthetic_xc_is_deterministic_multilabel_and_confusable():
                              rtol=1e-5)
 
 
+def test_chunked_generation_is_deterministic_and_keeps_every_point(monkeypatch):
+  config = synthetic_xc.PRESETS["xc_tiny"]
+  monkeypatch.setattr(synthetic_xc, "POINTS_PER_CHUNK", 1_000)  # 3 chunks of train.
+  train, test = synthetic_xc.generate(config)
+  again, _ = synthetic_xc.generate(config)
+  assert (train.features != again.features).nnz == 0
+  assert train.num_points == config.num_train and test.num_points == config.num_test
+  assert len(train.labels) == config.num_train and all(len(s) for s in train.labels)
+  np.testing.assert_allclose(scipy.sparse.linalg.norm(train.features, axis=1), 1.0,
+                             rtol=1e-5)
+
+
+def test_paper_shaped_presets_have_table_2s_counts():
+  # Paper 000, Table 2: labels, features, train and test points.
+  for name, shape in [("xc_amazoncat13k", (13_330, 203_882, 1_186_239, 306_782)),
+                      ("xc_amazon670k", (670_091, 135_909, 490_449, 153_025))]:
+    config = synthetic_xc.PRESETS[name]
+    assert (config.num_labels, config.num_features, config.num_train,
+            config.num_test) == shape
+
+
 def test_pad_features_keeps_the_largest_values_and_pads_with_zero():
   features = scipy.sparse.csr_matrix(np.array([[0.1, 0.0, 0.7, 0.3], [0.0, 0.5, 0.0, 0.0]]))
   ids, values = xc_task.pad_features(features, 2)
@@ -202,3 +223,14 @@ def test_linear_tower_is_the_normalized_value_weighted_bag_mean():
   with pytest.raises(ValueError, match="without dense layers"):
     xc_encoder.XCEncoderConfig(num_features=5, num_labels=3, bag_dim=4,
                                hidden_dims=(2,), embedding_dim=4, dense_layers=False)
+
+
+def test_bag_rows_per_client_counts_each_clients_features_and_padding():
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(synthetic="xc_tiny"))
+  rows = task.bag_rows_per_client()
+  assert len(rows) == len(task.clients.client_ids)
+  for i, client in enumerate(task.clients.client_ids[:5]):
+    points = task.example_points[task.example_labels == int(client)]
+    ids = task.train.feature_ids[points]
+    assert rows[i] == len(set(ids[ids > 0].tolist())) + 1  # And row 0, padding.
+  np.testing.assert_array_equal(task.labels_per_client(), 1)

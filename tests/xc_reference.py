@@ -56,7 +56,12 @@ def tensors(type_spec):
 
 
 def all_client_shapes(process):
-  shapes, stack = set(), [process.next.to_building_block()]
+  """Shapes of every value at the clients in the process's TFF computations:
+  a stock process's `next`, or a sub-model process's key and round computations
+  (its server answers the clients from Python)."""
+  computations = [getattr(process, name) for name in ("client_keys", "client_round")
+                  if hasattr(process, name)] or [process.next]
+  shapes, stack = set(), [c.to_building_block() for c in computations]
   while stack:
     block = stack.pop()
     shapes |= set(federated_shapes(block.type_signature, tff.CLIENTS))

@@ -23,7 +23,7 @@ model weights are the tower's weights then the class table, in the order of
 """
 
 import dataclasses
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -38,6 +38,23 @@ from fed_retrieval.models.xc_encoder import XCEncoderConfig
 from losses import class_spreadout
 
 ALGORITHMS = ("fedaws", "positive_only", "fixed_class_embeddings", "softmax_oracle")
+# How a client receives the tower's embedding bag: only the rows of its
+# features (the default), or the whole bag (the contrast).
+BAGS = ("selected", "whole")
+
+
+def check_bag(bag: str) -> None:
+  if bag not in BAGS:
+    raise ValueError(f"--xc_bag must be one of {', '.join(BAGS)}, got '{bag}'")
+
+
+def selected_bag(bag: str) -> Optional[sub_model.SelectedBag]:
+  """The XC tower's bag as a selected table, or None when it goes whole."""
+  check_bag(bag)
+  if bag == "whole":
+    return None
+  return sub_model.SelectedBag(keys=xc_encoder.bag_keys,
+                               localize=xc_encoder.localize_features)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,21 +140,27 @@ def xc_batch_type(max_features: int):
           tff.TensorType(np.int32, [None]))
 
 
-def bytes_per_client(model_config: XCEncoderConfig, config: FedAwSConfig
-                     ) -> Tuple[int, int]:
-  """(download, upload) bytes of one client in one round, from the shapes."""
+def bytes_per_client(model_config: XCEncoderConfig, config: FedAwSConfig,
+                     bag_rows: Optional[float] = None, class_rows: Optional[float] = None
+                     ) -> Tuple[float, float]:
+  """(download, upload) bytes of one client in one round, from the shapes:
+  `bag_rows` bag rows (None: the whole bag) and `class_rows` class rows (None:
+  the key set's `rows_per_client`)."""
   if config.algorithm == "softmax_oracle":
     return sub_model.bytes_per_client(model_config.weight_shapes(),
                                       model_config.num_labels,
                                       model_config.embedding_dim, whole_table=True)
-  return sub_model.bytes_per_client(model_config.weight_shapes(), config.rows_per_client,
-                                    model_config.embedding_dim, config.trains_rows)
+  return sub_model.bytes_per_client(
+      model_config.weight_shapes(),
+      config.rows_per_client if class_rows is None else class_rows,
+      model_config.embedding_dim, config.trains_rows, bag_rows=bag_rows)
 
 
 def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
-                         max_features: int, seed: int = 0
-                         ) -> tff.learning.templates.LearningProcess:
-  """FedAwS, `positive_only` or `fixed_class_embeddings` as a LearningProcess."""
+                         max_features: int, seed: int = 0, bag: str = "selected"
+                         ) -> sub_model.SubModelProcess:
+  """FedAwS, `positive_only` or `fixed_class_embeddings` as a sub-model process
+  (`bag`: how clients receive the tower's embedding bag, `BAGS`)."""
   if config.algorithm == "softmax_oracle":
     raise ValueError("softmax_oracle is FedAvg: use build_softmax_oracle")
 
@@ -166,6 +189,7 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
       server_learning_rate=config.server_learning_rate,
       trains_rows=config.trains_rows,
       table_step=spreadout if config.spreads_out else None,
+      bag=selected_bag(bag),
       seed=seed))
 
 
@@ -196,9 +220,10 @@ def build_softmax_oracle(model_config: XCEncoderConfig, config: FedAwSConfig,
 
 
 def build_process(model_config: XCEncoderConfig, config: FedAwSConfig,
-                  max_features: int, seed: int = 0
-                  ) -> tff.learning.templates.LearningProcess:
-  """The process of `config.algorithm`."""
-  builder = (build_softmax_oracle if config.algorithm == "softmax_oracle"
-             else build_fedaws_process)
-  return builder(model_config, config, max_features, seed)
+                  max_features: int, seed: int = 0, bag: str = "selected"
+                  ) -> sub_model.Process:
+  """The process of `config.algorithm` (the oracle keeps the whole model)."""
+  if config.algorithm == "softmax_oracle":
+    check_bag(bag)
+    return build_softmax_oracle(model_config, config, max_features, seed)
+  return build_fedaws_process(model_config, config, max_features, seed, bag)

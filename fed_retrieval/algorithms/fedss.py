@@ -213,20 +213,29 @@ def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tens
   return sampled_softmax.candidate_softmax_loss(logits, label_positions, mask, log_q)
 
 
-def bytes_per_client(tower_shapes, num_classes: int, dim: int,
-                     config: FedSSConfig) -> Tuple[int, int]:
+def bytes_per_client(tower_shapes, num_classes: int, dim: int, config: FedSSConfig,
+                     bag_rows: Optional[float] = None,
+                     positives: Optional[float] = None) -> Tuple[float, float]:
+  """(download, upload) bytes of one client in one round: `bag_rows` bag rows
+  (None: the whole bag) and `positives` real positives (None: every slot)."""
   config = config.for_classes(num_classes)
-  return sub_model.bytes_per_client(tower_shapes, config.num_keys(num_classes), dim,
-                                    whole_table=config.algorithm == "full_softmax")
+  full = config.algorithm == "full_softmax"
+  keys = config.num_keys(num_classes)
+  if positives is not None and not full:
+    keys = positives + config.negatives
+  return sub_model.bytes_per_client(tower_shapes, keys, dim, whole_table=full,
+                                    bag_rows=None if full else bag_rows)
 
 
 def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
-                     max_features: int, seed: int = 0
-                     ) -> tff.learning.templates.LearningProcess:
-  """FedSS or a baseline on the XC classifier (tower + class table)."""
+                     max_features: int, seed: int = 0, bag: str = "selected"
+                     ) -> sub_model.SubModelProcess:
+  """FedSS or a baseline on the XC classifier (tower + class table); `bag`:
+  how clients receive the tower's embedding bag (full softmax: whole)."""
   num_classes = model_config.num_labels
   config = config.for_classes(num_classes)
   config.check_classes(num_classes)
+  selected = fedaws.selected_bag(bag)
 
   def client_keys(dataset, round_seed):
     return sample_key_set(fedaws.dataset_labels(dataset), config.positives_per_client,
@@ -242,11 +251,12 @@ def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
       config, seed, num_classes, client_keys, loss,
       initial_tower=xc_encoder.initial_tower_weights(model_config, seed),
       initial_table=xc_encoder.initial_class_table(model_config, seed),
-      batch_type=fedaws.xc_batch_type(max_features))
+      batch_type=fedaws.xc_batch_type(max_features),
+      bag=None if config.algorithm == "full_softmax" else selected)
 
 
 def _build_process(config: FedSSConfig, seed: int, num_classes: int, client_keys,
-                   loss, **model_parts) -> tff.learning.templates.LearningProcess:
+                   loss, **model_parts) -> sub_model.SubModelProcess:
   """The sub-model process of `config.algorithm`: full softmax holds the whole
   table (no key function); the others hold their sampled key sets."""
   full = config.algorithm == "full_softmax"
@@ -268,7 +278,7 @@ def _movielens_items(dataset: tf.data.Dataset) -> tf.Tensor:
 
 def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
                             config: FedSSConfig, temperature: float, seed: int = 0
-                            ) -> tff.learning.templates.LearningProcess:
+                            ) -> sub_model.SubModelProcess:
   """Sampled (or full) global softmax of the dual encoder: items are classes.
 
   The dual encoder must have no hidden layers (the paper's: the item table is

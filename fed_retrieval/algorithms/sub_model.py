@@ -2,20 +2,33 @@
 
 FedAwS and FedSS (and sampled global softmax for MovieLens) share one shape:
 the model is a dense part (the "tower": every client receives all of it) and
-an embedding table of which each client receives only the rows of its keys.
-A round:
-1. Every client computes its fixed-size key set from its own data and the
-   round (`SubModelSpec.client_keys`, traced as a TFF computation on the
-   client), and receives the tower (`federated_broadcast`) and only the rows
-   of its keys (`tff.federated_select`), or, with `whole_table`, the table
-   itself (full softmax, the reference the sub-models are measured against).
-2. It runs SGD on `SubModelSpec.loss` over its data and returns the tower
-   delta, its row deltas, its keys and which keys are real (not padding).
-3. The server takes a server-optimizer step on the tower with the
-   example-weighted mean delta, adds to each row the mean delta of the
-   clients that held it (`federated_aggregate`: rows nobody held are
-   untouched, and no dense [C, D] value ever reaches a client), then an
-   optional step on the whole table (`table_step`, FedAwS's spreadout).
+an embedding table of which each client receives only the rows of its keys;
+optionally the tower's first weight, an embedding bag over sparse features,
+is selected the same way (`SelectedBag`: a client receives only the rows of
+the features its points contain). A round (`SubModelProcess.next`):
+1. Every client computes its fixed-size class key set from its own data and
+   the round (`SubModelSpec.client_keys`) and the features it holds
+   (`SelectedBag.keys`), as a TFF computation on the clients.
+2. The server answers each client with the rows of its keys (and, with a
+   selected bag, the bag rows of its features, no padding), and the TFF round
+   (`client_round`) broadcasts the dense tower, runs SGD on `SubModelSpec.loss`
+   on every client and returns the example-weighted mean dense delta, the
+   loss sums and each client's row deltas. With `whole_table` (full softmax,
+   the reference the sub-models are measured against) the table itself is
+   broadcast and averaged instead.
+3. The server takes a server-optimizer step on the tower with the mean delta
+   (a selected bag's rows averaged over every client of the round, zeros where
+   a client lacked a feature: the same step as a broadcast bag), adds to each
+   class row the mean delta of the clients that held it (rows nobody held are
+   untouched), then an optional step on the whole table (`table_step`,
+   FedAwS's spreadout).
+
+Why the server's side runs in Python and not in TFF (measured here, TFF 0.87):
+`tff.federated_select` passes the whole table into each key's selection (~10
+ms a key at [200k, 64] against 0.23 ms at [20k, 64]), and `federated_aggregate`
+keeps every client's accumulator alive (+50 MB a client at [200k, 64]), so the
+server's work and memory grew with clients x table. Here it is O(rows touched)
+per client, and the TFF worker only ever holds the clients' sub-models.
 
 The rows take a plain mean (FedAvg's server step at rate 1), not the server
 optimizer: a stateful optimizer (momentum, Adam) would keep moving rows that
@@ -33,7 +46,7 @@ Model weights are the tower's then the table, or the table then the tower's
 """
 
 import dataclasses
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
@@ -54,6 +67,18 @@ TableStepFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
 
 @dataclasses.dataclass(frozen=True)
+class SelectedBag:
+  """The tower's first weight, an embedding bag, as a selected table.
+
+  `keys(dataset)`: the sorted distinct bag rows a client's data reads, [None]
+  int32. `localize(batch, keys)`: the batch with its feature ids replaced by
+  their positions among the keys, so the tower reads the client's rows.
+  """
+  keys: Callable[[tf.data.Dataset], tf.Tensor]
+  localize: Callable[[Any, tf.Tensor], Any]
+
+
+@dataclasses.dataclass(frozen=True)
 class SubModelSpec:
   """What a sub-model process needs of an algorithm on a model family."""
   initial_tower: Sequence[np.ndarray]
@@ -70,6 +95,7 @@ class SubModelSpec:
   table_step: Optional[TableStepFn] = None
   table_first: bool = False
   row_mean: str = "holders"
+  bag: Optional[SelectedBag] = None
   seed: int = 0
 
   def __post_init__(self):
@@ -84,21 +110,32 @@ class SubModelSpec:
     if (self.client_keys is None) != self.whole_table:
       raise ValueError("client_keys is needed exactly when clients select rows "
                        "(not whole_table)")
+    if self.bag is not None and (self.whole_table or not self.initial_tower):
+      raise ValueError("a selected bag needs a tower and selected rows (full "
+                       "softmax keeps the whole model)")
 
 
 def bytes_per_client(tower_shapes: Sequence[Sequence[int]], num_keys: int, dim: int,
-                     trains_rows: bool = True, whole_table: bool = False
-                     ) -> Tuple[int, int]:
+                     trains_rows: bool = True, whole_table: bool = False,
+                     bag_rows: Optional[float] = None) -> Tuple[float, float]:
   """(download, upload) bytes of one client in one round, from the shapes.
 
-  Down: the tower and its rows (`whole_table`: the table). Up: the tower delta,
-  loss sum and count; with selected rows also its keys (the request) and, if
-  rows train, the row deltas with their keys and real-key mask; with the whole
-  table, the table delta.
+  Down: the tower and its rows (`whole_table`: the table); with `bag_rows`
+  (a selected bag) only that many rows of the tower's first weight. Up: the
+  tower delta, loss sum and count; with selected rows also its keys (the
+  request) and, if rows train, the row deltas with their keys and real-key
+  mask; with a selected bag its feature ids (the request) and their row
+  deltas; with the whole table, the table delta.
   """
-  tower = FLOAT_BYTES * sum(int(np.prod(s)) for s in tower_shapes)
+  tower_shapes = [tuple(s) for s in tower_shapes]
+  bag_up = 0.0
+  if bag_rows is not None:
+    bag_dim = tower_shapes[0][1]
+    tower_shapes = [(bag_rows, bag_dim)] + tower_shapes[1:]
+    bag_up = KEY_BYTES * bag_rows
+  tower = FLOAT_BYTES * sum(float(np.prod(s)) for s in tower_shapes)
   rows = FLOAT_BYTES * num_keys * dim
-  up = tower + 2 * FLOAT_BYTES
+  up = tower + 2 * FLOAT_BYTES + bag_up
   if whole_table:
     return tower + rows, up + rows
   up += KEY_BYTES * num_keys
@@ -140,181 +177,233 @@ def local_training(spec: SubModelSpec, tower: Sequence[tf.Tensor], rows: tf.Tens
   return dataset.reduce((tuple(tower), rows, tf.constant(0.0), tf.constant(0.0)), step)
 
 
-def add_rows(table: tf.Tensor, counts: tf.Tensor, keys: tf.Tensor, deltas: tf.Tensor,
-             is_real: tf.Tensor, weight: float = 1.0) -> Tuple[tf.Tensor, tf.Tensor]:
-  """Adds one client's real row deltas (times `weight`) and a holder count to
-  the accumulators."""
-  keys = tf.boolean_mask(keys, is_real)[:, None]
-  return (tf.tensor_scatter_nd_add(table, keys,
-                                   weight * tf.boolean_mask(deltas, is_real)),
-          tf.tensor_scatter_nd_add(counts, keys, tf.ones(tf.shape(keys)[0])))
+def row_means(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
+              is_real: Sequence[np.ndarray], weights: Sequence[float], row_mean: str
+              ) -> Tuple[np.ndarray, np.ndarray]:
+  """(row ids, mean delta of each) over the clients' real rows, O(rows touched).
 
-
-def apply_row_updates(table: tf.Tensor, delta_sums: tf.Tensor, holders: tf.Tensor,
-                      total_weight=None) -> Tuple[tf.Tensor, tf.Tensor]:
-  """(table + mean delta, updated ids): the per-row mean over the clients that
-  held the row, or, given `total_weight`, the sum over that total (the mean
-  over every client of weighted deltas)."""
-  updated = tf.cast(tf.where(holders > 0)[:, 0], tf.int32)
-  divisor = (tf.maximum(holders, 1.0)[:, None] if total_weight is None
-             else tf.maximum(total_weight, 1e-12))
-  return table + delta_sums / divisor, updated
-
-
-def build_sub_model_process(spec: SubModelSpec
-                            ) -> tff.learning.templates.LearningProcess:
-  """The spec's algorithm as a `tff.learning.templates.LearningProcess`."""
-  shapes = [tuple(w.shape) for w in spec.initial_tower]
-  num_rows, dim = spec.initial_table.shape
-  num_keys = spec.num_keys
-  tower_type = tff.StructWithPythonType([_tensor_type(s) for s in shapes], list)
-  table_type = _tensor_type([num_rows, dim])
-  keys_type = _tensor_type([num_keys], np.int32)
-  data_type = tff.SequenceType(spec.batch_type)
-  initial_tower = [np.asarray(w, np.float32) for w in spec.initial_tower]
-  initial_table = np.asarray(spec.initial_table, np.float32)
-  server_optimizer = optimizers.tff_optimizer(
-      spec.server_optimizer, spec.server_learning_rate, "server_optimizer")
-  tower_specs = [tf.TensorSpec(s, tf.float32) for s in shapes]
-
-  @tff.tensorflow.computation
-  def initial_state():
-    return {"tower": [tf.constant(w) for w in initial_tower],
-            "table": tf.constant(initial_table),
-            "optimizer": server_optimizer.initialize(tower_specs),
-            "round": tf.constant(0, tf.int64)}
-
-  state_type = initial_state.type_signature.result
-
-  @tff.federated_computation
-  def initialize():
-    return tff.federated_eval(initial_state, tff.SERVER)
-
-  @tff.tensorflow.computation(state_type)
-  def round_seed(state):
-    """(seed, the round about to run), as the clients' key functions get it."""
-    return tf.stack([tf.constant(spec.seed, tf.int64), state["round"] + 1])
-
-  if spec.whole_table:
-    @tff.tensorflow.computation
-    def every_row():
-      return tf.range(num_rows), tf.ones([num_rows], tf.bool)
+  `holders`: each row's deltas averaged over the clients that held it;
+  `clients`: the example-weighted sum over every client divided by the
+  round's total weight (a non-holder counting as a zero delta).
+  """
+  real_keys = np.concatenate([np.asarray(k)[np.asarray(r)] for k, r in zip(keys, is_real)])
+  scale = weights if row_mean == "clients" else [1.0] * len(weights)
+  real_deltas = np.concatenate([np.asarray(d)[np.asarray(r)] * w
+                                for d, r, w in zip(deltas, is_real, scale)])
+  ids, inverse = np.unique(real_keys, return_inverse=True)
+  sums = np.zeros((len(ids),) + real_deltas.shape[1:], np.float64)
+  np.add.at(sums, inverse, real_deltas)
+  if row_mean == "clients":
+    divisor = max(float(np.sum(weights)), 1e-12)
   else:
+    divisor = np.bincount(inverse, minlength=len(ids))[:, None]
+  return ids.astype(np.int32), (sums / divisor).astype(np.float32)
+
+
+def _numpy(structure):
+  return tf.nest.map_structure(np.asarray, structure)
+
+
+class SubModelProcess:
+  """The spec's algorithm with the `tff.learning.templates.LearningProcess`
+  methods the run loop calls (`initialize`, `next`, `get_model_weights`,
+  `set_model_weights`); the state is a structure of NumPy arrays, saved by
+  the loop's checkpoints like any TFF state."""
+
+  def __init__(self, spec: SubModelSpec):
+    self._spec = spec
+    shapes = [tuple(w.shape) for w in spec.initial_tower]
+    self._bagged = spec.bag is not None
+    self._dense_shapes = shapes[1:] if self._bagged else shapes
+    num_rows, self._dim = spec.initial_table.shape
+    self._optimizer = optimizers.tff_optimizer(
+        spec.server_optimizer, spec.server_learning_rate, "server_optimizer")
+    self._initial_tower = [np.asarray(w, np.float32) for w in spec.initial_tower]
+    self._initial_table = np.asarray(spec.initial_table, np.float32)
+    data_type = tff.SequenceType(spec.batch_type)
+    if not spec.whole_table:
+      self.client_keys = self._build_client_keys(data_type)
+    self.client_round = self._build_client_round(data_type, num_rows)
+    if spec.table_step is not None:
+      self._table_step = tf.function(spec.table_step, input_signature=[
+          tf.TensorSpec([num_rows, self._dim], tf.float32),
+          tf.TensorSpec([None], tf.int32)])
+
+  def _build_client_keys(self, data_type):
+    """TFF: (round seed @SERVER, data @CLIENTS) -> each client's keys @CLIENTS."""
+    spec, num_keys = self._spec, self._spec.num_keys
+
     @tff.tensorflow.computation(data_type, _tensor_type([2], np.int64))
     def keys_of(dataset, seed):
       keys, is_real = spec.client_keys(dataset, seed)
-      return (tf.reshape(tf.cast(keys, tf.int32), [num_keys]),
+      keys = (tf.reshape(tf.cast(keys, tf.int32), [num_keys]),
               tf.reshape(is_real, [num_keys]))
+      if spec.bag is None:
+        return keys
+      return keys + (tf.cast(spec.bag.keys(dataset), tf.int32),)
 
-  @tff.tensorflow.computation(table_type, _tensor_type([], np.int32))
-  def select_row(table, key):
-    return tf.gather(table, key)
+    @tff.federated_computation(tff.FederatedType(_tensor_type([2], np.int64), tff.SERVER),
+                               tff.FederatedType(data_type, tff.CLIENTS))
+    def client_keys(seed, client_data):
+      return tff.federated_map(keys_of, (client_data, tff.federated_broadcast(seed)))
 
-  rows_type = table_type if spec.whole_table else tff.SequenceType(_tensor_type([dim]))
+    return client_keys
 
-  @tff.tensorflow.computation(tower_type, rows_type, keys_type,
-                              _tensor_type([num_keys], np.bool_), data_type)
-  def client_update(tower, received_rows, keys, is_real, dataset):
+  def _build_client_round(self, data_type, num_rows):
+    """TFF: (broadcast @SERVER, answers @CLIENTS, data @CLIENTS) -> (mean
+    broadcast delta, loss sum, examples @SERVER; uploads @CLIENTS)."""
+    spec, dim, num_keys, bagged = self._spec, self._dim, self._spec.num_keys, self._bagged
+    dense_type = tff.StructWithPythonType(
+        [_tensor_type(s) for s in self._dense_shapes], list)
     if spec.whole_table:
-      rows = received_rows
+      broadcast_type = (dense_type, _tensor_type([num_rows, dim]))
+      answer_type = None
     else:
-      rows = tf.reshape(received_rows.batch(num_keys).get_single_element(),
-                        [num_keys, dim])
-    new_tower, new_rows, loss_sum, count = local_training(spec, tower, rows, keys,
-                                                          is_real, dataset)
-    return ([n - o for n, o in zip(new_tower, tower)], new_rows - rows, loss_sum,
-            count)
+      broadcast_type = (dense_type,)
+      answer_type = (_tensor_type([num_keys, dim]), _tensor_type([num_keys], np.int32),
+                     _tensor_type([num_keys], np.bool_))
+      if bagged:
+        answer_type += (_tensor_type([None, self._initial_tower[0].shape[1]]),
+                        _tensor_type([None], np.int32))
+    broadcast_type = tff.StructWithPythonType(broadcast_type, tuple)
+    if answer_type is not None:
+      answer_type = tff.StructWithPythonType(answer_type, tuple)
 
-  row_update_type = (keys_type, _tensor_type([num_keys, dim]),
-                     _tensor_type([num_keys], np.bool_), _tensor_type([]))
-  weighted = spec.row_mean == "clients"
+    def train(broadcast, answer, dataset):
+      """(mean-able deltas, loss sum, examples, uploads) of one client."""
+      tower = list(broadcast[0])
+      if spec.whole_table:
+        rows = broadcast[1]
+        keys, is_real = tf.range(num_rows), tf.ones([num_rows], tf.bool)
+      else:
+        rows, keys, is_real = answer[0], answer[1], answer[2]
+      if bagged:
+        bag_keys = answer[4]
+        tower = [answer[3]] + tower
+        dataset = dataset.map(lambda x, y: spec.bag.localize((x, y), bag_keys))
+      new_tower, new_rows, loss_sum, count = local_training(spec, tower, rows, keys,
+                                                            is_real, dataset)
+      deltas = [n - o for n, o in zip(new_tower, tower)]
+      row_delta = new_rows - rows
+      if spec.whole_table:
+        return (deltas, row_delta), loss_sum, count
+      uploads = (row_delta, deltas[0], count) if bagged else (row_delta, count)
+      return (deltas[1:] if bagged else deltas,), loss_sum, count, uploads
 
-  @tff.tensorflow.computation
-  def zero_rows():
-    return tf.zeros([num_rows, dim]), tf.zeros([num_rows]), tf.constant(0.0)
+    weighted = spec.row_mean == "clients"
+    server_broadcast = tff.FederatedType(broadcast_type, tff.SERVER)
+    data_at_clients = tff.FederatedType(data_type, tff.CLIENTS)
 
-  accumulator_type = zero_rows.type_signature.result
+    if spec.whole_table:
+      @tff.tensorflow.computation(broadcast_type, data_type)
+      def whole_update(broadcast, dataset):
+        return train(broadcast, None, dataset)
 
-  @tff.tensorflow.computation(accumulator_type, row_update_type)
-  def accumulate_rows(accumulator, update):
-    keys, deltas, is_real, examples = update
-    weight = examples if weighted else 1.0
-    sums, holders = add_rows(accumulator[0], accumulator[1], keys, deltas, is_real,
-                             weight)
-    return sums, holders, accumulator[2] + weight
+      @tff.federated_computation(server_broadcast, data_at_clients)
+      def whole_round(broadcast, client_data):
+        shared, loss_sum, count = tff.federated_map(
+            whole_update, (tff.federated_broadcast(broadcast), client_data))
+        mean_table = (tff.federated_mean(shared[1], weight=count) if weighted
+                      else tff.federated_mean(shared[1]))  # Every client holds every row.
+        mean = tff.federated_zip((tff.federated_mean(shared[0], weight=count),
+                                  mean_table))
+        return mean, tff.federated_sum(loss_sum), tff.federated_sum(count)
 
-  @tff.tensorflow.computation(accumulator_type, accumulator_type)
-  def merge_rows(a, b):
-    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+      return whole_round
 
-  @tff.tensorflow.computation(accumulator_type)
-  def report_rows(accumulator):
-    return accumulator
+    @tff.tensorflow.computation(broadcast_type, answer_type, data_type)
+    def client_update(broadcast, answer, dataset):
+      return train(broadcast, answer, dataset)
 
-  @tff.tensorflow.computation(state_type, tower_type, accumulator_type)
-  def server_update(state, mean_tower_delta, row_sums):
-    optimizer_state, tower = server_optimizer.next(
-        state["optimizer"], list(state["tower"]), [-d for d in mean_tower_delta])
+    @tff.federated_computation(server_broadcast,
+                               tff.FederatedType(answer_type, tff.CLIENTS),
+                               data_at_clients)
+    def client_round(broadcast, answers, client_data):
+      shared, loss_sum, count, uploads = tff.federated_map(
+          client_update, (tff.federated_broadcast(broadcast), answers, client_data))
+      mean = tff.federated_zip((tff.federated_mean(shared[0], weight=count),))
+      return mean, tff.federated_sum(loss_sum), tff.federated_sum(count), uploads
+
+    return client_round
+
+  def initialize(self) -> Dict[str, Any]:
+    return {"tower": [w.copy() for w in self._initial_tower],
+            "table": self._initial_table.copy(),
+            "optimizer": _numpy(self._optimizer.initialize(
+                [tf.TensorSpec(w.shape, tf.float32) for w in self._initial_tower])),
+            "round": np.int64(0)}
+
+  def _answers(self, state, keys) -> List[tuple]:
+    """What the server sends each client: its class rows (and bag rows)."""
+    answers = []
+    for client_keys in keys:
+      class_keys, is_real = np.asarray(client_keys[0]), np.asarray(client_keys[1])
+      answer = (state["table"][class_keys], class_keys, is_real)
+      if self._bagged:
+        bag_keys = np.asarray(client_keys[2])
+        answer += (state["tower"][0][bag_keys], bag_keys)
+      answers.append(answer)
+    return answers
+
+  def next(self, state, client_data) -> tff.learning.templates.LearningProcessOutput:
+    spec = self._spec
+    round_num = int(state["round"]) + 1
+    dense = state["tower"][1:] if self._bagged else state["tower"]
+    if spec.whole_table:
+      keys, uploads = None, None
+      mean, loss_sum, count = self.client_round((list(dense), state["table"]),
+                                                client_data)
+    else:
+      keys = self.client_keys(np.array([spec.seed, round_num], np.int64), client_data)
+      mean, loss_sum, count, uploads = self.client_round(
+          (list(dense),), self._answers(state, keys), client_data)
+    mean_tower = [np.asarray(d) for d in mean[0]]
+    if self._bagged:  # The bag's mean delta over every client, zeros where absent.
+      ids, means = row_means([k[2] for k in keys], [u[1] for u in uploads],
+                             [np.ones(len(k[2]), bool) for k in keys],
+                             [float(u[-1]) for u in uploads], "clients")
+      bag_delta = np.zeros_like(state["tower"][0])
+      bag_delta[ids] = means
+      mean_tower = [bag_delta] + mean_tower
+    optimizer_state, tower = self._optimizer.next(
+        state["optimizer"], [tf.constant(w) for w in state["tower"]],
+        [tf.constant(-d) for d in mean_tower])
     table = state["table"]
     if spec.trains_rows:
-      table, updated = apply_row_updates(table, row_sums[0], row_sums[1],
-                                         row_sums[2] if weighted else None)
+      table = table.copy()
+      if spec.whole_table:
+        table += np.asarray(mean[1])
+        updated = np.arange(len(table), dtype=np.int32)
+      else:
+        updated, means = row_means([k[0] for k in keys], [u[0] for u in uploads],
+                                   [k[1] for k in keys], [float(u[-1]) for u in uploads],
+                                   spec.row_mean)
+        table[updated] += means
       if spec.table_step is not None:
-        table = spec.table_step(table, updated)
-    return {"tower": list(tower), "table": table, "optimizer": optimizer_state,
-            "round": state["round"] + 1}
-
-  @tff.tensorflow.computation(tff.types.StructType([tff.TensorType(np.float32)] * 2))
-  def training_metrics(sums):
-    loss_sum, count = sums[0], sums[1]
-    return {"client_work": {"train": {"loss": loss_sum / tf.maximum(count, 1.0),
-                                      "num_examples": count}}}
-
-  @tff.federated_computation(tff.FederatedType(state_type, tff.SERVER),
-                             tff.FederatedType(data_type, tff.CLIENTS))
-  def next_fn(state, client_data):
-    if spec.whole_table:  # Every client holds every row: no keys to compute.
-      keys_and_mask = tff.federated_eval(every_row, tff.CLIENTS)
-      rows = tff.federated_broadcast(state["table"])
-    else:
-      seed = tff.federated_broadcast(tff.federated_map(round_seed, state))
-      keys_and_mask = tff.federated_map(keys_of, (client_data, seed))
-      rows = tff.federated_select(keys_and_mask[0],
-                                  tff.federated_value(num_rows, tff.SERVER),
-                                  state["table"], select_row)
-    keys, is_real = keys_and_mask[0], keys_and_mask[1]
-    tower = tff.federated_broadcast(state["tower"])
-    tower_delta, row_delta, loss_sum, count = tff.federated_map(
-        client_update, (tower, rows, keys, is_real, client_data))
-    mean_tower_delta = tff.federated_mean(tower_delta, weight=count)
-    row_sums = tff.federated_aggregate(
-        (keys, row_delta, is_real, count), zero_rows(), accumulate_rows, merge_rows,
-        report_rows)
-    new_state = tff.federated_map(server_update, (state, mean_tower_delta, row_sums))
-    metrics = tff.federated_map(
-        training_metrics, (tff.federated_sum(loss_sum), tff.federated_sum(count)))
+        table = self._table_step(tf.constant(table), tf.constant(updated)).numpy()
+    new_state = {"tower": [np.asarray(w) for w in tower], "table": table,
+                 "optimizer": _numpy(optimizer_state), "round": np.int64(round_num)}
+    total = float(count)
+    metrics = {"client_work": {"train": {"loss": float(loss_sum) / max(total, 1.0),
+                                         "num_examples": total}}}
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
-  member_types = ([table_type] + list(tower_type) if spec.table_first
-                  else list(tower_type) + [table_type])
-  weights_type = tff.learning.models.ModelWeights(
-      trainable=tff.StructWithPythonType(member_types, list),
-      non_trainable=tff.StructWithPythonType([], list))
-
-  @tff.tensorflow.computation(state_type)
-  def get_model_weights(state):
-    tower = list(state["tower"])
-    trainable = ([state["table"]] + tower if spec.table_first
-                 else tower + [state["table"]])
+  def get_model_weights(self, state) -> tff.learning.models.ModelWeights:
+    tower, table = list(state["tower"]), state["table"]
+    trainable = [table] + tower if self._spec.table_first else tower + [table]
     return tff.learning.models.ModelWeights(trainable=trainable, non_trainable=[])
 
-  @tff.tensorflow.computation(state_type, weights_type)
-  def set_model_weights(state, weights):
-    trainable = list(weights.trainable)
-    table, tower = ((trainable[0], trainable[1:]) if spec.table_first
+  def set_model_weights(self, state, weights: tff.learning.models.ModelWeights):
+    trainable = [np.asarray(w, np.float32) for w in weights.trainable]
+    table, tower = ((trainable[0], trainable[1:]) if self._spec.table_first
                     else (trainable[-1], trainable[:-1]))
-    return {"tower": tower, "table": table, "optimizer": state["optimizer"],
-            "round": state["round"]}
+    return {**state, "tower": tower, "table": table}
 
-  return tff.learning.templates.LearningProcess(initialize, next_fn, get_model_weights,
-                                                set_model_weights)
+
+# What the run loop drives: a sub-model process or a stock TFF one.
+Process = Union[SubModelProcess, tff.learning.templates.LearningProcess]
+
+
+def build_sub_model_process(spec: SubModelSpec) -> SubModelProcess:
+  """The spec's algorithm as a process the run loop drives."""
+  return SubModelProcess(spec)

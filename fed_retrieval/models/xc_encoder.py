@@ -95,6 +95,23 @@ def tower_forward(weights: Sequence[tf.Tensor], feature_ids: tf.Tensor,
   return scoring.l2_normalize(hidden)
 
 
+def bag_keys(dataset: tf.data.Dataset) -> tf.Tensor:
+  """The sorted distinct bag rows a client's ((ids, values), labels) batches
+  read, padding row 0 first: the rows of the bag it needs, [None] int32."""
+  ids = dataset.map(lambda x, y: tf.reshape(x[0], [-1])).unbatch().batch(
+      2 ** 31 - 1).get_single_element()
+  return tf.sort(tf.unique(tf.concat([tf.zeros([1], ids.dtype), ids], 0))[0])
+
+
+def localize_features(batch, keys: tf.Tensor):
+  """The batch with each feature id replaced by its position among `keys`
+  (sorted, holding every id of the batch, 0 first): the tower then reads the
+  client's bag rows, and padding stays position 0."""
+  (feature_ids, feature_values), labels = batch
+  positions = tf.searchsorted(keys, tf.reshape(feature_ids, [-1]), out_type=tf.int32)
+  return (tf.reshape(positions, tf.shape(feature_ids)), feature_values), labels
+
+
 class _XCLayer(tf.keras.layers.Layer):
   """A layer built from an `XCEncoderConfig` and a seed (and saved with them)."""
 

@@ -40,9 +40,12 @@ from tasks.xc import xc_task
 CSV_COLUMNS = ("algorithm", "precision@1", "precision@3", "precision@5", "recall@5",
                "map@r", "recall@1", "p@1_gap_to_centralized_same_labels",
                "p@1_gap_to_best_centralized", "bytes_down_per_client",
-               "bytes_up_per_client", "rounds", "best_round", "steps", "best_step",
+               "bytes_up_per_client", "mean_real_bytes_down_per_client",
+               "mean_real_bytes_up_per_client", "rounds", "best_round", "steps", "best_step",
                "examples_seen", "worker_restarts")
-RUN_COLUMNS = ("bytes_down_per_client", "bytes_up_per_client", "rounds", "best_round",
+RUN_COLUMNS = ("bytes_down_per_client", "bytes_up_per_client",
+               "mean_real_bytes_down_per_client", "mean_real_bytes_up_per_client",
+               "rounds", "best_round",
                "steps", "best_step", "examples_seen", "worker_restarts")
 REFERENCE = "most_frequent_labels"
 
@@ -124,7 +127,8 @@ def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
   header = ["algorithm", *(title for _, title in metrics)]
   if gaps:
     header += ["P@1 vs centralized, same labels", "P@1 vs best centralized"]
-  header += ["MB down / client / round", "MB up / client / round", "trained on"]
+  header += ["MB down / client / round (largest)", "MB up (largest)",
+             "MB down (mean, as deployed)", "trained on"]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   percent = lambda v: "" if v is None or math.isnan(v) else f"{100 * v:.2f}"
   signed = lambda v: "" if v is None or math.isnan(v) else f"{100 * v:+.2f}"
@@ -134,7 +138,9 @@ def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
       cells += [signed(row.get("p@1_gap_to_centralized_same_labels")),
                 signed(row.get("p@1_gap_to_best_centralized"))]
     cells += [communication.megabytes(row.get("bytes_down_per_client")),
-              communication.megabytes(row.get("bytes_up_per_client")), _trained_on(row)]
+              communication.megabytes(row.get("bytes_up_per_client")),
+              communication.megabytes(row.get("mean_real_bytes_down_per_client")),
+              _trained_on(row)]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 

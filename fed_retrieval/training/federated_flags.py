@@ -91,6 +91,11 @@ XC_ARCHITECTURE = flags.DEFINE_enum(
     "xc_architecture", _XC_LOOP_DEFAULTS.architecture, list(xc_training.ARCHITECTURES),
     "XC model: linear (a 256-dim embedding bag, no dense layer), small (64-dim bag, "
     "128 hidden, 64-dim output) or paper (512, 1024-1024, 512).")
+XC_BAG = flags.DEFINE_enum(
+    "xc_bag", _XC_LOOP_DEFAULTS.bag, list(fedaws.BAGS),
+    "XC, FedAwS/FedSS and their sub-model baselines: a client receives only the "
+    "embedding-bag rows of its features (selected) or the whole bag (whole, the "
+    "contrast). The oracles always send the whole model.")
 LOGIT_SCALE = flags.DEFINE_float("logit_scale", _XC_LOOP_DEFAULTS.logit_scale,
                                  "XC: logits are this times the cosine.")
 PU_SURROGATE = flags.DEFINE_enum(
@@ -130,8 +135,8 @@ FEDERATED_FLAGS = ("Federated training", None, (
     CHECKPOINT_EVERY, PATIENCE, MIN_DELTA, SMOOTHING, MAX_WORKER_RESTARTS))
 FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", None, (NUM_NEGATIVES, LOG_Q, ROW_MEAN))
 XC_MODEL_FLAGS = ("FedAwS and the XC model", "xc", (
-    model_flags.MARGIN, SPREADOUT, SPREADOUT_K, SPREADOUT_LAMBDA, SPREADOUT_MARGIN, XC_ARCHITECTURE,
-    LOGIT_SCALE))
+    model_flags.MARGIN, SPREADOUT, SPREADOUT_K, SPREADOUT_LAMBDA, SPREADOUT_MARGIN,
+    XC_ARCHITECTURE, XC_BAG, LOGIT_SCALE))
 PU_MODEL_FLAGS = ("FedPU and the image model", "pu", (
     PU_SURROGATE, NON_NEGATIVE, CONV_FILTERS, DENSE_UNITS))
 ALL_FLAGS = (FEDERATED_FLAGS, FEDSS_FLAGS, XC_MODEL_FLAGS, PU_MODEL_FLAGS)
@@ -193,6 +198,7 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
   return xc_training.XCFederatedConfig(
       algorithm=ALGORITHM.value or _XC_DEFAULTS.algorithm, fedaws=fedaws_config,
       fedss=fedss_config_from_flags(), architecture=XC_ARCHITECTURE.value,
+      bag=XC_BAG.value,
       logit_scale=LOGIT_SCALE.value, rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       max_local_steps=_max_local_steps(_XC_LOOP_DEFAULTS.max_local_steps),

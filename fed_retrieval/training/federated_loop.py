@@ -38,6 +38,7 @@ import tensorflow_federated as tff
 
 from fed_retrieval import export
 from fed_retrieval.algorithms import fedavg
+from fed_retrieval.algorithms import sub_model
 from fed_retrieval.evaluation import recall_metrics
 from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval.models import dual_encoder
@@ -204,7 +205,7 @@ class FederatedJob:
   """
   name: str
   run_config: Dict[str, Any]
-  build_process: Callable[[], tff.learning.templates.LearningProcess]
+  build_process: Callable[[], sub_model.Process]
   clients: client_data.ClientDatasets
   build_server_model: Callable[[], tf.keras.Model]
   evaluate: Callable[[tf.keras.Model, str], Dict[str, float]]

@@ -26,6 +26,7 @@ import tensorflow_federated as tff
 from fed_retrieval import export
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
+from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.evaluation import classification_metrics
@@ -50,6 +51,7 @@ class XCFederatedConfig:
   """An XC federated run: the algorithm, its family's settings, the model and
   the loop's settings."""
   algorithm: str = "fedaws"
+  bag: str = "selected"
   fedaws: FedAwSConfig = FedAwSConfig()
   fedss: FedSSConfig = FedSSConfig()
   architecture: str = "linear"
@@ -74,6 +76,7 @@ class XCFederatedConfig:
     if self.architecture not in ARCHITECTURES:
       raise ValueError(f"--xc_architecture must be one of {', '.join(ARCHITECTURES)}, "
                        f"got '{self.architecture}'")
+    fedaws.check_bag(self.bag)
     federated_loop.check_loop_settings(self)
 
 
@@ -95,21 +98,44 @@ def algorithm_config(task: XCTask, config: XCFederatedConfig
                              rows_per_client=task.max_labels_per_client())
 
 
-def process_and_bytes(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
-                      config: XCFederatedConfig
-                      ) -> Tuple[Callable[[], tff.learning.templates.LearningProcess],
-                                 Tuple[int, int]]:
-  """(builder of the algorithm's process, (bytes down, up) per client per round)."""
-  algorithm = algorithm_config(task, config)
-  max_features = task.feature_width
+def client_bytes(model_config: xc_encoder.XCEncoderConfig,
+                 algorithm: Union[FedAwSConfig, FedSSConfig], bag: str,
+                 bag_rows: Optional[float] = None, labels: Optional[float] = None
+                 ) -> Tuple[float, float]:
+  """(down, up) bytes of a client that reads `bag_rows` bag rows (a selected
+  bag) and holds `labels` labels; None: the key set's padded size."""
+  bag_rows = bag_rows if bag == "selected" else None
   if isinstance(algorithm, FedSSConfig):
-    return (lambda: fedss.build_xc_process(model_config, algorithm, max_features,
-                                           config.seed),
-            fedss.bytes_per_client(model_config.weight_shapes(), model_config.num_labels,
-                                   model_config.embedding_dim, algorithm))
-  return (lambda: fedaws.build_process(model_config, algorithm, max_features,
-                                       config.seed),
-          fedaws.bytes_per_client(model_config, algorithm))
+    return fedss.bytes_per_client(model_config.weight_shapes(), model_config.num_labels,
+                                  model_config.embedding_dim, algorithm, bag_rows, labels)
+  return fedaws.bytes_per_client(model_config, algorithm, bag_rows, labels)
+
+
+def build_process(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
+                  config: XCFederatedConfig) -> sub_model.Process:
+  """The process of `config.algorithm` on the task's clients."""
+  algorithm = algorithm_config(task, config)
+  if isinstance(algorithm, FedSSConfig):
+    return fedss.build_xc_process(model_config, algorithm, task.feature_width,
+                                  config.seed, config.bag)
+  return fedaws.build_process(model_config, algorithm, task.feature_width, config.seed,
+                              config.bag)
+
+
+def round_bytes(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
+                config: XCFederatedConfig) -> Dict[str, float]:
+  """Bytes per client per round: the simulation's (the largest client's bag
+  and the padded key set) and the mean a deployment would move (each client's
+  own bag rows and real labels)."""
+  algorithm = algorithm_config(task, config)
+  bag_rows = task.bag_rows_per_client()
+  labels = task.labels_per_client()
+  down, up = client_bytes(model_config, algorithm, config.bag, float(bag_rows.max()))
+  real = [client_bytes(model_config, algorithm, config.bag, float(b), float(n))
+          for b, n in zip(bag_rows, labels)]
+  return {"bytes_down_per_client": int(down), "bytes_up_per_client": int(up),
+          "mean_real_bytes_down_per_client": float(np.mean([d for d, _ in real])),
+          "mean_real_bytes_up_per_client": float(np.mean([u for _, u in real]))}
 
 
 def _evaluation(task: XCTask, ks: Tuple[int, ...]
@@ -157,12 +183,11 @@ def _export(model_config: xc_encoder.XCEncoderConfig):
 def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str) -> Dict[str, Any]:
   """Trains (or resumes) one algorithm on the XC task; exports the classifier."""
   model_config = model_config_for(task, config)
-  build_process, (down, up) = process_and_bytes(task, model_config, config)
   evaluate, monitored = _evaluation(task, config.ks)
   job = federated_loop.FederatedJob(
       name=f"federated {config.algorithm}",
       run_config=_run_config(task, model_config, config),
-      build_process=build_process,
+      build_process=lambda: build_process(task, model_config, config),
       clients=task.clients,
       build_server_model=lambda: xc_encoder.build_xc_classifier(model_config,
                                                                 config.seed),
@@ -172,7 +197,7 @@ def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str)
       results={"algorithm": config.algorithm, "task": task.summary(),
                "partition": task.config.partition},
       baselines=_baselines(task, config.ks),
-      round_metrics={"bytes_down_per_client": down, "bytes_up_per_client": up})
+      round_metrics=round_bytes(task, model_config, config))
   return federated_loop.run_federated(job, config, output_dir)
 
 

@@ -151,10 +151,22 @@ class XCTask:
     """Features per padded row: the batch shape the models are built for."""
     return self.train.feature_ids.shape[1]
 
+  def labels_per_client(self) -> np.ndarray:
+    """The distinct training labels of each client, in client order."""
+    return np.array([len(np.unique(self.example_labels[self.clients.points(c)]))
+                     for c in self.clients.client_ids])
+
   def max_labels_per_client(self) -> int:
     """The most distinct training labels one client holds."""
-    return max(len(np.unique(self.example_labels[self.clients.points(c)]))
-               for c in self.clients.client_ids)
+    return int(self.labels_per_client().max())
+
+  def bag_rows_per_client(self) -> np.ndarray:
+    """The embedding-bag rows each client's points read (its distinct feature
+    ids and the padding row), in client order: what a selected bag sends it."""
+    return np.array([
+        len(np.union1d(self.train.feature_ids[self.example_points[
+            self.clients.points(c)]], [0]))
+        for c in self.clients.client_ids])
 
   def training_examples(self, label_assignment: str) -> Tuple[np.ndarray, np.ndarray]:
     """(point rows, labels) of the training examples under `label_assignment`
