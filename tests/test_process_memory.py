@@ -35,10 +35,11 @@ def test_the_peak_counts_a_child_process():
   assert peak_before_exit <= report["peak_rss_mb"]
 
 
-def test_without_children_the_peak_is_this_process():
+def test_the_peak_counts_this_process():
+  # (A test session may already hold a TFF worker child: no count of processes.)
   with process_memory.ProcessTreePeak() as peak:
     block = b"\x01" * (50 * 1024 * 1024)
   del block
   report = peak.report()
-  assert report["processes"] == 1
+  assert report["processes"] >= 1
   assert 50 <= report["peak_rss_mb"] <= report["peak_rss_mb_sum_of_high_water_marks"]
