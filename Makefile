@@ -96,14 +96,25 @@ benchmark: $(STAMP)
 	$(PY) -m scripts.benchmark --synthetic=ml1m --loss=global_softmax
 	$(PY) -m scripts.benchmark --synthetic=ml1m --loss=batch_softmax
 
-# FedAwS's and FedSS's round (and full softmax's) at 10k and 100k classes.
+# FedAwS's and FedSS's round at 10k, 100k and 670k classes (Amazon-670K's features),
+# and at 100k the contrasts: FedSS with the whole bag, full softmax.
 benchmark-round-cost: $(STAMP)
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=10000
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=10000
-	$(PY) -m scripts.benchmark_round_cost --algorithm=full_softmax --num_classes=10000
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=100000
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=100000
-	$(PY) -m scripts.benchmark_round_cost --algorithm=full_softmax --num_classes=100000
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=10000 \
+	    --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=10000 \
+	    --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=100000 \
+	    --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=100000 \
+	    --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=670091 \
+	    --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=670091 \
+	    --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --bag=whole \
+	    --num_classes=100000 --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=full_softmax \
+	    --num_classes=100000 --num_features=135909
 
 benchmark-spreadout: $(STAMP)
 	$(PY) -m scripts.benchmark_spreadout --updated_classes=1000

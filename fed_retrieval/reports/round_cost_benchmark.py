@@ -46,26 +46,38 @@ def random_clients(num_clients: int, points_per_client: int, classes_per_client:
   return datasets
 
 
-def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str,
-                       num_negatives: int, classes_per_client: int, seed: int):
-  """(process builder, (bytes down, up) per client) of `algorithm`."""
+def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str, bag: str,
+                       num_negatives: int, classes_per_client: int, bag_rows: int,
+                       seed: int):
+  """(process builder, (bytes down, up) of a client with `bag_rows` bag rows)."""
+  bag_rows = bag_rows if bag == "selected" else None
   if algorithm in fedss.ALGORITHMS:
     config = FedSSConfig(algorithm=algorithm, num_negatives=num_negatives,
                          positives_per_client=classes_per_client)
-    return (lambda: fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed),
+    return (lambda: fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed, bag),
             fedss.bytes_per_client(model.weight_shapes(), model.num_labels,
-                                   model.embedding_dim, config))
+                                   model.embedding_dim, config, bag_rows))
   config = FedAwSConfig(algorithm=algorithm, rows_per_client=classes_per_client)
-  return (lambda: fedaws.build_process(model, config, FEATURES_PER_POINT, seed),
-          fedaws.bytes_per_client(model, config))
+  down_up = (fedaws.bytes_per_client(model, config) if algorithm == "softmax_oracle"
+             else fedaws.bytes_per_client(model, config, bag_rows))
+  return (lambda: fedaws.build_process(model, config, FEATURES_PER_POINT, seed, bag),
+          down_up)
 
 
-def round_benchmark(num_classes: int, algorithm: str = "fedss", num_negatives: int = 500,
+def _largest_bag(clients: List[tf.data.Dataset]) -> int:
+  """The most bag rows (distinct feature ids and padding) one client reads."""
+  return max(len(np.union1d(np.concatenate([x[0].numpy().ravel() for x, _ in data]), [0]))
+             for data in clients)
+
+
+def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "selected",
+                    num_negatives: int = 500,
                     num_features: int = 20_000, num_clients: int = 100,
                     points_per_client: int = 100, classes_per_client: int = 10,
                     batch_size: int = 16, repeats: int = 3, seed: int = 0
                     ) -> Dict[str, Any]:
-  """The figures of `repeats` timed rounds of `algorithm` (small architecture)."""
+  """The figures of `repeats` timed rounds of `algorithm` (small architecture);
+  bytes are the client with the most features' (`bag`: selected or whole)."""
   if algorithm not in ALGORITHMS:
     raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, "
                      f"got '{algorithm}'")
@@ -73,8 +85,9 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", num_negatives: i
                                      hidden_dims=(128,), embedding_dim=64)
   clients = random_clients(num_clients, points_per_client, classes_per_client,
                            num_classes, num_features, batch_size, seed)
-  build_process, (down, up) = _process_and_bytes(model, algorithm, num_negatives,
-                                                 classes_per_client, seed)
+  build_process, (down, up) = _process_and_bytes(
+      model, algorithm, bag, num_negatives, classes_per_client, _largest_bag(clients),
+      seed)
   with tff_runtime.local_execution_context(), \
        process_memory.ProcessTreePeak() as peak:
     process = build_process()
@@ -87,11 +100,11 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", num_negatives: i
       seconds.append(time.perf_counter() - start)
   model_bytes = 4 * (sum(int(np.prod(s)) for s in model.weight_shapes()) +
                      num_classes * model.embedding_dim)
-  return {"algorithm": algorithm, "num_classes": num_classes,
+  return {"algorithm": algorithm, "bag": bag, "num_classes": num_classes,
           "num_features": num_features, "clients_per_round": num_clients,
           "seconds_per_round_min": round(min(seconds), 3),
           "seconds_per_round_mean": round(float(np.mean(seconds)), 3),
           "memory": peak.report(),
-          "bytes_down_per_client": down, "bytes_up_per_client": up,
+          "bytes_down_per_client": int(down), "bytes_up_per_client": int(up),
           "model_bytes": model_bytes,
           "down_share_of_model": round(down / model_bytes, 5)}
