@@ -100,7 +100,9 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
       seconds.append(time.perf_counter() - start)
   model_bytes = 4 * (sum(int(np.prod(s)) for s in model.weight_shapes()) +
                      num_classes * model.embedding_dim)
-  return {"algorithm": algorithm, "bag": bag, "num_classes": num_classes,
+  oracle = algorithm in ("full_softmax", "softmax_oracle")  # The whole model.
+  return {"algorithm": algorithm, "bag": "whole" if oracle else bag,
+          "num_classes": num_classes,
           "num_features": num_features, "clients_per_round": num_clients,
           "seconds_per_round_min": round(min(seconds), 3),
           "seconds_per_round_mean": round(float(np.mean(seconds)), 3),
