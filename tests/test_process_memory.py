@@ -1,5 +1,7 @@
 """ProcessTreePeak counts the memory of child processes (the TFF worker's)."""
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -43,3 +45,16 @@ def test_the_peak_counts_this_process():
   report = peak.report()
   assert report["processes"] >= 1
   assert 50 <= report["peak_rss_mb"] <= report["peak_rss_mb_sum_of_high_water_marks"]
+
+
+def test_the_tree_peak_tool_reports_a_command_and_its_exit_code():
+  tool = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                      "tools", "tree_peak.py")
+  result = subprocess.run(
+      [sys.executable, tool, sys.executable, "-c",
+       "import sys, time; block = b'\\x01' * (200 * 1024 * 1024); time.sleep(0.5); "
+       "sys.exit(3)"], capture_output=True, text=True, timeout=120)
+  assert result.returncode == 3
+  report = json.loads(result.stderr.strip().splitlines()[-1])
+  assert report["returncode"] == 3 and report["processes"] >= 2
+  assert report["peak_rss_mb"] >= 200
