@@ -1,5 +1,8 @@
 """FedSS: key sets, sparse row aggregation, the candidate softmaxes, one round by hand."""
 
+import dataclasses
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -9,7 +12,10 @@ from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.models import xc_encoder
+from fed_retrieval.training import checkpoints
+from fed_retrieval.training import xc_training
 from losses import sampled_softmax
+from tasks.xc import xc_task
 from tests.xc_reference import all_client_shapes
 from tests.xc_reference import dataset
 from tests.xc_reference import numeric_sgd_step
@@ -279,3 +285,24 @@ def test_default_negatives_are_five_percent_of_the_classes():
   assert FedSSConfig(algorithm="pos_only").for_classes(2_000).negatives == 0
   with pytest.raises(ValueError, match="for_classes"):
     FedSSConfig().negatives  # pylint: disable=expression-not-assigned
+
+
+def test_a_resumed_sub_model_run_equals_one_run(tff_context, tmp_path):
+  # FedSS with a selected bag and server Adam: the NumPy state (tower, table,
+  # optimizer moments, round) goes through the loop's checkpoints, and the
+  # negatives are a function of (seed, round, client).
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      synthetic="xc_tiny", partition="k_labels_per_client", labels_per_client=4))
+  config = xc_training.XCFederatedConfig(
+      algorithm="fedss", fedss=FedSSConfig(num_negatives=10), rounds=4,
+      clients_per_round=6, eval_every=2, checkpoint_every=3, patience=0)
+  longer = dataclasses.replace(config, rounds=6)
+  extended = os.path.join(tmp_path, "extended")
+  assert xc_training.train_xc_federated(task, config, extended)["rounds"] == 4
+  resumed = xc_training.train_xc_federated(task, longer, extended)
+  expected = xc_training.train_xc_federated(task, longer, os.path.join(tmp_path, "one"))
+  assert resumed["test"] == expected["test"]
+  assert resumed["examples_seen"] == expected["examples_seen"]
+  # Resumed from round 4's checkpoint, none set aside as unreadable.
+  assert not [name for name in os.listdir(os.path.join(extended, "checkpoints"))
+              if name.startswith(checkpoints.UNREADABLE_PREFIX)]
