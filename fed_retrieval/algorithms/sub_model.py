@@ -191,8 +191,10 @@ def row_means(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
   real_deltas = np.concatenate([np.asarray(d)[np.asarray(r)] * w
                                 for d, r, w in zip(deltas, is_real, scale)])
   ids, inverse = np.unique(real_keys, return_inverse=True)
-  sums = np.zeros((len(ids),) + real_deltas.shape[1:], np.float64)
-  np.add.at(sums, inverse, real_deltas)
+  # Sums per row by sorting (np.add.at was 0.47 s a round on Bibtex's bag).
+  order = np.argsort(inverse, kind="stable")
+  starts = np.flatnonzero(np.diff(inverse[order], prepend=-1))
+  sums = np.add.reduceat(real_deltas[order].astype(np.float64), starts, axis=0)
   if row_mean == "clients":
     divisor = max(float(np.sum(weights)), 1e-12)
   else:
