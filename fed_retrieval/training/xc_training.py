@@ -21,7 +21,6 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from fed_retrieval import export
 from fed_retrieval.algorithms import fedaws
