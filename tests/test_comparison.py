@@ -9,6 +9,7 @@ import types
 import numpy as np
 import pytest
 
+from fed_retrieval.evaluation import user_bootstrap
 from fed_retrieval.reports import comparison
 from fed_retrieval.training.centralized_loop import CentralizedConfig
 from fed_retrieval.training.federated_loop import FederatedConfig
@@ -78,6 +79,27 @@ def test_reports(tmp_path):
     assert f.read() == table
   with open(os.path.join(tmp_path, "recall_curves.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_standard_errors_from_test_hits(tmp_path):
+  table_rows = rows(tmp_path)
+  rng = np.random.default_rng(0)
+  users = np.repeat(np.arange(20), 30)
+  hits = [rng.random(users.size) < row["global_recall@10"] for row in table_rows]
+  with_errors = comparison.with_standard_errors(table_rows, hits, users)
+  federated_bs, central_gs = with_errors[1], with_errors[2]
+  assert federated_bs["drop_vs_centralized_same_loss@10_se"] == (
+      user_bootstrap.relative_drop(hits[0], hits[1], users)[1])
+  # The best centralized run is the one with the most test hits: global softmax.
+  assert federated_bs["drop_vs_best_centralized@10_se"] == (
+      user_bootstrap.relative_drop(hits[2], hits[1], users)[1])
+  assert central_gs["global_recall@10_se"] == user_bootstrap.recall_standard_error(
+      hits[2], users)
+  assert "drop_vs_centralized_same_loss@10_se" not in central_gs
+  assert 0 < with_errors[-1]["global_recall@10_se"] < 0.05  # The baseline's.
+  table = comparison.markdown_table(with_errors)
+  assert f"| 20.00% ± {100 * central_gs['global_recall@10_se']:.2f} |" in table
+  assert f"60.00% ± {100 * federated_bs['drop_vs_centralized_same_loss@10_se']:.2f}" in table
 
 
 def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():

@@ -6,7 +6,7 @@ agree. Batch recall is among the distinct positives of `batch_size` examples
 drawn in a seeded random order (across users), as in a centralized test batch.
 """
 
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -17,6 +17,26 @@ from tasks.movielens.sequence_examples import Examples
 
 ScoreFn = Callable[[tf.Tensor], tf.Tensor]
 EVALUATION_SEED = 1234
+
+
+def _ranks(score_fn: ScoreFn, examples: Examples, batch_size: int,
+           batches_per_chunk: int) -> Tuple[np.ndarray, np.ndarray]:
+  """(global ranks, batch ranks among groups of `batch_size`) of `examples` in
+  their order, scoring `batches_per_chunk` batches at a time."""
+  dataset = client_data.centralized_dataset(examples, batch_size * batches_per_chunk)
+
+  @tf.function
+  def ranks(contexts, labels):
+    scores = score_fn(contexts)
+    return (recall_metrics.global_ranks(labels, scores),
+            recall_metrics.grouped_batch_ranks(labels, scores, batch_size))
+
+  global_ranks, batch_ranks = [], []
+  for contexts, labels in dataset:
+    chunk_global, chunk_batch = ranks(contexts, labels)
+    global_ranks.append(chunk_global.numpy())
+    batch_ranks.append(chunk_batch.numpy())
+  return np.concatenate(global_ranks), np.concatenate(batch_ranks)
 
 
 def evaluate(score_fn: ScoreFn, examples: Examples, ks: Sequence[int] = (1, 5, 10),
@@ -32,22 +52,8 @@ def evaluate(score_fn: ScoreFn, examples: Examples, ks: Sequence[int] = (1, 5, 1
   # A NumPy permutation, not tf.data's shuffle: the order must not depend on
   # TensorFlow's global seed, so every caller sees the same batches.
   order = np.random.default_rng(seed).permutation(len(examples))
-  dataset = client_data.centralized_dataset(examples.take(order),
-                                            batch_size * batches_per_chunk)
-
-  @tf.function
-  def ranks(contexts, labels):
-    scores = score_fn(contexts)
-    return (recall_metrics.global_ranks(labels, scores),
-            recall_metrics.grouped_batch_ranks(labels, scores, batch_size))
-
-  global_ranks, batch_ranks = [], []
-  for contexts, labels in dataset:
-    chunk_global, chunk_batch = ranks(contexts, labels)
-    global_ranks.append(chunk_global.numpy())
-    batch_ranks.append(chunk_batch.numpy())
-  global_ranks = np.concatenate(global_ranks)
-  batch_ranks = np.concatenate(batch_ranks)
+  global_ranks, batch_ranks = _ranks(score_fn, examples.take(order), batch_size,
+                                     batches_per_chunk)
   results = {}
   for k in ks:
     results[f"global_recall@{k}"] = float(np.mean(global_ranks < k))
@@ -55,6 +61,15 @@ def evaluate(score_fn: ScoreFn, examples: Examples, ks: Sequence[int] = (1, 5, 1
     results[f"batch_recall@{k}"] = float(np.mean(batch_ranks < k))
   results["global_mean_rank"] = float(np.mean(global_ranks + 1))
   return results
+
+
+def example_global_ranks(score_fn: ScoreFn, examples: Examples,
+                         chunk_size: int = 1024) -> np.ndarray:
+  """The global rank of every example's item [N], in the examples' order (so
+  they line up with `examples.user_ids`, e.g. for `user_bootstrap`)."""
+  if not len(examples):
+    raise ValueError("Cannot evaluate on an empty split")
+  return _ranks(score_fn, examples, chunk_size, 1)[0]
 
 
 def popularity_score_fn(train_examples: Examples, vocabulary_size: int) -> ScoreFn:

@@ -16,6 +16,9 @@ FedSS runs, when asked (`sampled_softmax_algorithms`): sampled global softmax
 and its baselines (`sampled_softmax_training`), rows `federated_<algorithm>`.
 Every federated row carries the bytes a client downloads and uploads per round;
 `quality_vs_bytes.png` plots test recall@10 against them.
+Test recall@10 and the federated rows' drops carry standard errors from a
+bootstrap over the test users (`user_bootstrap`; the drops' paired: every
+model is scored on the same draws), from each run's export.
 """
 
 import csv
@@ -29,8 +32,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
+from fed_retrieval import export
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.evaluation import retrieval_evaluation
+from fed_retrieval.evaluation import user_bootstrap
 from fed_retrieval.reports import communication
 from fed_retrieval.reports import result_files
 from fed_retrieval.runtime import tff_runtime
@@ -44,9 +49,11 @@ from tasks.movielens import movielens_task
 
 BUDGETS = ("converged", "matched")
 RECALL_KEYS = ("global_recall@1", "global_recall@5", "global_recall@10")
+DROP_KEYS = ("drop_vs_centralized_same_loss@10", "drop_vs_best_centralized@10")
+STANDARD_ERROR_KEYS = ("global_recall@10",) + DROP_KEYS
 CSV_COLUMNS = ("setting", "loss") + RECALL_KEYS + (
-    "examples_seen", "rounds", "best_round", "steps", "best_step",
-    "drop_vs_centralized_same_loss@10", "drop_vs_best_centralized@10",
+    "examples_seen", "rounds", "best_round", "steps", "best_step") + DROP_KEYS + tuple(
+        f"{key}_se" for key in STANDARD_ERROR_KEYS) + (
     "bytes_down_per_client", "bytes_up_per_client", "worker_restarts")
 
 
@@ -156,12 +163,14 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
     rows.append(_row(f"federated_{algorithm}", sampled_softmax_training.LOSS, results,
                      output_dir))
   task = tasks[()]
+  popularity_score_fn = retrieval_evaluation.popularity_score_fn(
+      task.federated_train, task.vocabulary_size)
   popularity = retrieval_evaluation.evaluate(
-      retrieval_evaluation.popularity_score_fn(task.federated_train,
-                                               task.vocabulary_size),
-      task.federated_test, federated.ks, federated.batch_size)
+      popularity_score_fn, task.federated_test, federated.ks, federated.batch_size)
   rows.append({"setting": "baseline", "loss": "most_popular", **popularity})
-  return with_relative_drops(rows)
+  hits = [test_hits(row, task, popularity_score_fn) for row in rows]
+  return with_standard_errors(with_relative_drops(rows), hits,
+                              task.federated_test.user_ids)
 
 
 def _row(setting: str, loss: str, results: Dict[str, Any], output_dir: str):
@@ -188,6 +197,35 @@ def with_relative_drops(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
   return rows
 
 
+def test_hits(row: Dict[str, Any], task: movielens_task.MovieLensTask,
+              baseline_score_fn: retrieval_evaluation.ScoreFn, k: int = 10
+              ) -> np.ndarray:
+  """Whether the row's model (its run's export; the baseline's scores) ranks
+  each test example's item within `k` [N], in the test examples' order."""
+  score_fn = (baseline_score_fn if row["setting"] == "baseline" else
+              export.load_export(os.path.join(row["run_dir"], "export"),
+                                 task.items).scores)
+  return retrieval_evaluation.example_global_ranks(score_fn, task.federated_test) < k
+
+
+def with_standard_errors(rows: List[Dict[str, Any]], hits: Sequence[np.ndarray],
+                         user_ids: np.ndarray) -> List[Dict[str, Any]]:
+  """Adds the user-bootstrap standard error of every row's recall@10 and of the
+  federated rows' drops (`<key>_se`); `hits[i]` are row i's test hits@10."""
+  central = {r["loss"]: h for r, h in zip(rows, hits) if r["setting"] == "centralized"}
+  best = max(central, key=lambda loss: central[loss].mean(), default=None)
+  for row, row_hits in zip(rows, hits):
+    row["global_recall@10_se"] = user_bootstrap.recall_standard_error(row_hits,
+                                                                      user_ids)
+    if not row["setting"].startswith("federated"):
+      continue
+    for key, reference in zip(DROP_KEYS, (row["loss"], best)):
+      if reference in central:
+        row[f"{key}_se"] = user_bootstrap.relative_drop(central[reference], row_hits,
+                                                        user_ids)[1]
+  return rows
+
+
 def _budget_used(row: Dict[str, Any]) -> str:
   """'733k ex, 45 rounds (best 40)' or '1.2M ex, 75k steps (best 60k)'."""
   if row.get("examples_seen") in (None, ""):
@@ -208,19 +246,26 @@ def _bytes(row: Dict[str, Any]) -> str:
 
 
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
-  header = ("| setting | loss | recall@1 | recall@5 | recall@10 | drop vs same loss "
-            "| drop vs best centralized | trained on | MB down / up per client per "
-            "round |")
+  header = ("| setting | loss | recall@1 | recall@5 | recall@10 ± SE | drop vs same "
+            "loss ± SE | drop vs best centralized ± SE | trained on | MB down / up per "
+            "client per round |")
   lines = [header, "|" + "---|" * 9]
-  percent = lambda v: ("" if v is None or v == "" or math.isnan(v)
-                       else f"{100 * v:.2f}%")  # No centralized run: no drop.
   for row in rows:
     lines.append("| " + " | ".join([
-        row["setting"], row["loss"], *(percent(row[k]) for k in RECALL_KEYS),
-        percent(row.get("drop_vs_centralized_same_loss@10")),
-        percent(row.get("drop_vs_best_centralized@10")), _budget_used(row),
+        row["setting"], row["loss"], *(_percent(row, k) for k in RECALL_KEYS),
+        *(_percent(row, k) for k in DROP_KEYS), _budget_used(row),
         _bytes(row)]) + " |")
   return "\n".join(lines) + "\n"
+
+
+def _percent(row: Dict[str, Any], key: str) -> str:
+  """'5.45%', with its standard error where the row has one ('5.45% ± 0.62');
+  empty where the row has no such value (no centralized run: no drop)."""
+  empty = lambda v: v is None or v == "" or math.isnan(v)
+  value, error = row.get(key), row.get(f"{key}_se")
+  if empty(value):
+    return ""
+  return f"{100 * value:.2f}%" + ("" if empty(error) else f" ± {100 * error:.2f}")
 
 
 def _validation_curve(run_dir: str) -> List[tuple]:
