@@ -32,15 +32,6 @@ def small_task(cache_dir, **kwargs):
       synthetic="small", cache_dir=cache_dir, **kwargs))
 
 
-def test_sampling_is_a_function_of_seed_and_round():
-  ids = [str(i) for i in range(50)]
-  first = federated_loop.sample_clients(ids, 10, seed=1, round_num=4)
-  assert first == federated_loop.sample_clients(ids, 10, seed=1, round_num=4)
-  assert len(set(first)) == 10
-  assert first != federated_loop.sample_clients(ids, 10, seed=1, round_num=5)
-  assert len(federated_loop.sample_clients(ids, 80, 1, 1)) == 50
-
-
 def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
                                                         tmp_path):
   task = small_task(cache_dir)

@@ -55,11 +55,12 @@ def build_learning_process(model_fn: ModelFn, config
                            ) -> tff.learning.templates.LearningProcess:
   """FedAvg (weighted by examples) or FedSGD with the optimizers of `config`
   (`algorithm`, `client_optimizer`, `client_learning_rate`, `server_optimizer`,
-  `server_learning_rate`: a `federated_loop.FederatedConfig`, its client
-  learning rate resolved)."""
+  `server_learning_rate`, `server_epsilon`: a `federated_loop.FederatedConfig`,
+  its client learning rate resolved)."""
   config = config.resolved()
   server_optimizer = optimizers.tff_optimizer(
-      config.server_optimizer, config.server_learning_rate, "server_optimizer")
+      config.server_optimizer, config.server_learning_rate, "server_optimizer",
+      epsilon=config.server_epsilon)
   if config.algorithm == "fedsgd":
     return tff.learning.algorithms.build_fed_sgd(
         model_fn, server_optimizer_fn=server_optimizer,

@@ -1,9 +1,13 @@
 """Optimizers by name, for Keras (centralized) and TFF (client and server)."""
 
+from typing import Optional
+
 import tensorflow as tf
 import tensorflow_federated as tff
 
 OPTIMIZER_NAMES = ("sgd", "sgdm", "adam", "adagrad", "yogi")
+# The optimizers that divide by a root of squared gradients plus an epsilon.
+ADAPTIVE_OPTIMIZERS = ("adam", "adagrad", "yogi")
 SGDM_MOMENTUM = 0.9
 
 
@@ -31,15 +35,23 @@ def keras_optimizer(name: str, learning_rate: float,
                    "(tff.learning.optimizers); Keras 2.14 has no Yogi")
 
 
-def tff_optimizer(name: str, learning_rate: float,
-                  flag: str) -> tff.learning.optimizers.Optimizer:
+def tff_optimizer(name: str, learning_rate: float, flag: str,
+                  epsilon: Optional[float] = None) -> tff.learning.optimizers.Optimizer:
+  """A TFF optimizer by name. `epsilon` (None: TFF's own, 1e-7 for Adam and
+  Adagrad, 1e-3 for Yogi) is added to the adaptive optimizers' root of squared
+  gradients; SGD has none and ignores it."""
   _check(name, learning_rate, flag)
+  if epsilon is not None and not epsilon >= 0:
+    raise ValueError(f"--{flag.replace('optimizer', 'epsilon')} must be >= 0, "
+                     f"got {epsilon}")
+  adaptive = {} if epsilon is None else {"epsilon": epsilon}
   builders = {
       "sgd": lambda: tff.learning.optimizers.build_sgdm(learning_rate),
       "sgdm": lambda: tff.learning.optimizers.build_sgdm(learning_rate,
                                                          momentum=SGDM_MOMENTUM),
-      "adam": lambda: tff.learning.optimizers.build_adam(learning_rate),
-      "adagrad": lambda: tff.learning.optimizers.build_adagrad(learning_rate),
-      "yogi": lambda: tff.learning.optimizers.build_yogi(learning_rate),
+      "adam": lambda: tff.learning.optimizers.build_adam(learning_rate, **adaptive),
+      "adagrad": lambda: tff.learning.optimizers.build_adagrad(learning_rate,
+                                                               **adaptive),
+      "yogi": lambda: tff.learning.optimizers.build_yogi(learning_rate, **adaptive),
   }
   return builders[name]()

@@ -22,6 +22,7 @@ from fed_retrieval.algorithms import optimizers
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.training import client_sampling
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training.federated_loop import FederatedConfig
 from losses import registry
@@ -44,12 +45,11 @@ def federated_throughput(task: MovieLensTask, config: FederatedConfig,
         fedavg.retrieval_model_fn(model_config, config.objective),
         config)
     data = client_data.ClientDatasets.from_examples(task.federated_train)
-    client_ids = data.client_ids
+    sampler = client_sampling.sampler_for(data, config)
     state = process.initialize()
     examples, seconds = 0, 0.0
     for round_num in range(rounds + 1):
-      clients = federated_loop.sample_clients(client_ids, config.clients_per_round,
-                                                  config.seed, round_num)
+      clients = sampler.sample(config.clients_per_round, config.seed, round_num)
       start = time.perf_counter()
       output = process.next(state, federated_loop.round_datasets(
           data, clients, config, round_num))

@@ -11,6 +11,7 @@ from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
 from fed_retrieval.models import model_flags
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.training import client_sampling
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training import pu_training
 from fed_retrieval.training import xc_training
@@ -50,6 +51,12 @@ ROUNDS = flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Federated rounds.")
 CLIENTS_PER_ROUND = flags.DEFINE_integer("clients_per_round",
                                          _DEFAULTS.clients_per_round,
                                          "Clients sampled per round.")
+CLIENT_SAMPLING = flags.DEFINE_enum(
+    "client_sampling", None, list(client_sampling.CLIENT_SAMPLINGS),
+    "uniform: every client as likely (the papers' protocol). examples: a client "
+    "is picked in proportion to its examples over those it trains on in a round "
+    "(--max_local_steps cuts heavy clients), so every example is as likely to "
+    "be trained on, as centrally; uniform without a cap.")
 LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs,
                                     "Passes over its data a client makes per round.")
 MAX_LOCAL_STEPS = flags.DEFINE_integer(
@@ -75,6 +82,10 @@ SERVER_LEARNING_RATE = flags.DEFINE_float(
     f"Server learning rate (default {_DEFAULTS.server_learning_rate}; FedAwS: "
     f"{_XC_DEFAULTS.server_learning_rate}; FedSS: "
     f"{_FEDSS_DEFAULTS.server_learning_rate}).")
+SERVER_EPSILON = flags.DEFINE_float(
+    "server_epsilon", None,
+    "Epsilon of an adaptive server optimizer (adam, adagrad, yogi), added to the "
+    "root of its squared updates (default: TFF's, 1e-7 for adam).")
 SPREADOUT = flags.DEFINE_enum(
     "spreadout", _XC_DEFAULTS.spreadout, list(class_spreadout.SPREADOUT_MODES),
     "FedAwS server step: topk (each updated class against its k nearest, eq. 8) or "
@@ -130,8 +141,8 @@ MIN_DELTA = flags.DEFINE_float(
 
 # What --help lists (`scripts.cli.run(help_groups=...)`).
 FEDERATED_FLAGS = ("Federated training", None, (
-    ALGORITHM, ROUNDS, CLIENTS_PER_ROUND, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER,
-    CLIENT_LEARNING_RATE, SERVER_OPTIMIZER, SERVER_LEARNING_RATE, EVAL_EVERY,
+    ALGORITHM, ROUNDS, CLIENTS_PER_ROUND, CLIENT_SAMPLING, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER,
+    CLIENT_LEARNING_RATE, SERVER_OPTIMIZER, SERVER_LEARNING_RATE, SERVER_EPSILON, EVAL_EVERY,
     CHECKPOINT_EVERY, PATIENCE, MIN_DELTA, SMOOTHING, MAX_WORKER_RESTARTS))
 FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", None, (NUM_NEGATIVES, LOG_Q, ROW_MEAN))
 XC_MODEL_FLAGS = ("FedAwS and the XC model", "xc", (
@@ -152,12 +163,14 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       max_local_steps=_max_local_steps(_DEFAULTS.max_local_steps),
+      client_sampling=CLIENT_SAMPLING.value,
       batch_size=model_flags.BATCH_SIZE.value,
       client_optimizer=CLIENT_OPTIMIZER.value,
       client_learning_rate=CLIENT_LEARNING_RATE.value,
       server_optimizer=_or(SERVER_OPTIMIZER.value, _DEFAULTS.server_optimizer),
       server_learning_rate=_or(SERVER_LEARNING_RATE.value,
                                _DEFAULTS.server_learning_rate),
+      server_epsilon=_or(SERVER_EPSILON.value, _DEFAULTS.server_epsilon),
       eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value,
       patience=PATIENCE.value, min_delta=MIN_DELTA.value,
       smoothing=_or(SMOOTHING.value, _DEFAULTS.smoothing),
@@ -202,6 +215,7 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
       logit_scale=LOGIT_SCALE.value, rounds=ROUNDS.value,
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       max_local_steps=_max_local_steps(_XC_LOOP_DEFAULTS.max_local_steps),
+      client_sampling=CLIENT_SAMPLING.value,
       batch_size=model_flags.BATCH_SIZE.value, eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value, patience=PATIENCE.value,
       min_delta=MIN_DELTA.value,
@@ -228,6 +242,7 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       clients_per_round=given(CLIENTS_PER_ROUND, loop.clients_per_round),
       local_epochs=given(LOCAL_EPOCHS, loop.local_epochs),
       max_local_steps=_max_local_steps(loop.max_local_steps),
+      client_sampling=given(CLIENT_SAMPLING, loop.client_sampling),
       batch_size=given(model_flags.BATCH_SIZE, loop.batch_size),
       client_optimizer=given(CLIENT_OPTIMIZER, loop.client_optimizer),
       **_optimization_from_flags(loop),

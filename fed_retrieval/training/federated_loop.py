@@ -45,6 +45,7 @@ from fed_retrieval.models import dual_encoder
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import checkpoints
+from fed_retrieval.training import client_sampling
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import progress
 from fed_retrieval.training import run_directory
@@ -90,11 +91,13 @@ class FederatedConfig:
   clients_per_round: int = 100
   local_epochs: int = 1
   max_local_steps: Optional[int] = 20
+  client_sampling: Optional[str] = None  # None: uniform (runs made before it).
   batch_size: int = 16
   client_optimizer: str = "sgd"
   client_learning_rate: Optional[float] = None
   server_optimizer: str = "adam"
   server_learning_rate: float = 0.05
+  server_epsilon: Optional[float] = None
   eval_every: int = 5
   checkpoint_every: int = 5
   patience: int = 4
@@ -126,6 +129,7 @@ def check_loop_settings(config) -> None:
       raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
   if config.max_local_steps is not None and config.max_local_steps < 1:
     raise ValueError(f"--max_local_steps must be >= 1, got {config.max_local_steps}")
+  client_sampling.check_client_sampling(config.client_sampling)
   stopping_rule(config)
 
 
@@ -133,14 +137,6 @@ def stopping_rule(config) -> early_stopping.StoppingRule:
   """The stopping rule of a run config (patience, min_delta, smoothing)."""
   return early_stopping.StoppingRule.from_flags(config.patience, config.min_delta,
                                                 config.smoothing)
-
-
-def sample_clients(client_ids: Sequence[str], clients_per_round: int, seed: int,
-                   round_num: int) -> List[str]:
-  """The clients of one round: a function of (seed, round) only."""
-  rng = np.random.default_rng([seed, round_num])
-  count = min(clients_per_round, len(client_ids))
-  return [client_ids[i] for i in rng.choice(len(client_ids), count, replace=False)]
 
 
 def _client_seed(seed: int, round_num: int, index: int) -> int:
@@ -222,8 +218,8 @@ class FederatedJob:
 def run_federated(job: FederatedJob, config, output_dir: str) -> Dict[str, Any]:
   """Trains (or resumes, or returns the finished run's results) and exports.
 
-  `config` gives the loop's settings: rounds, clients_per_round, local_epochs,
-  max_local_steps, batch_size, eval_every, checkpoint_every, patience, min_delta, smoothing and
+  `config` gives the loop's settings: rounds, clients_per_round, client_sampling,
+  local_epochs, max_local_steps, batch_size, eval_every, checkpoint_every, patience, min_delta, smoothing and
   seed.
   """
   finished = run_directory.open_run(output_dir, job.run_config, job.write_files)
@@ -252,7 +248,7 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
   """Starts a worker if none runs, resumes from the latest checkpoint, trains,
   reports; `restarts` and `death` say how often and why it had to start over."""
   tff_runtime.ensure_local_execution_context()
-  client_ids = job.clients.client_ids
+  sampler = client_sampling.sampler_for(job.clients, config)
   process = job.build_process()
   state_manager = checkpoints.AtomicFileProgramStateManager(
       os.path.join(output_dir, "checkpoints"), keep_total=3)
@@ -285,8 +281,7 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
   for round_num in range(done_rounds + 1, config.rounds + 1):
     if rule.should_stop(curve):
       break
-    clients = sample_clients(client_ids, config.clients_per_round, config.seed,
-                             round_num)
+    clients = sampler.sample(config.clients_per_round, config.seed, round_num)
     output = process.next(state, round_datasets(job.clients, clients, config,
                                                 round_num))
     state = output.state

@@ -59,6 +59,7 @@ class XCFederatedConfig:
   clients_per_round: int = 100
   local_epochs: int = 1
   max_local_steps: Optional[int] = None
+  client_sampling: Optional[str] = None  # None: uniform (runs made before it).
   batch_size: int = 16
   eval_every: int = 5
   checkpoint_every: int = 5
