@@ -33,21 +33,31 @@ DEFAULT_MARGIN = 1.5
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """What a model is trained on: a loss over its scores (with any cross spreadout)
-  plus the spreadout the model adds on its item table and context embeddings."""
+  plus the spreadout the model adds on its item table and context embeddings.
+
+  `loss.candidates` says which scores the loss takes: "batch" (each context
+  against the batch's positives, [B, B]) wherever it reads nothing else (batch
+  softmax, the hinge, without the negative term), else "vocabulary" ([B, V]);
+  `dual_encoder.training_model` builds the model that gives them.
+  """
   name: str
   loss: tf.keras.losses.Loss
   spreadout: SpreadoutWeights
+
+  @property
+  def candidates(self) -> str:
+    return self.loss.candidates
 
 
 def make_loss(base_name: str, temperature: float = 0.05,
               margin: float = DEFAULT_MARGIN,
               hinge_power: int = DEFAULT_HINGE_POWER,
-              spreadout: SpreadoutWeights = SpreadoutWeights()
-              ) -> tf.keras.losses.Loss:
+              spreadout: SpreadoutWeights = SpreadoutWeights(),
+              candidates: str = "vocabulary") -> tf.keras.losses.Loss:
   cross = {"cross_spreadout_weight": spreadout.cross,
            "negative_spreadout_weight": spreadout.negative,
            "negative_margin": spreadout.negative_margin,
-           "spreadout_form": spreadout.form}
+           "spreadout_form": spreadout.form, "candidates": candidates}
   if base_name == "batch_softmax":
     return retrieval_losses.BatchSoftmaxLoss(temperature, **cross)
   if base_name == "global_softmax":
@@ -98,10 +108,14 @@ def spreadout_for(name: str, spreadout: Optional[SpreadoutWeights] = None
 def objective(name: str, spreadout: Optional[SpreadoutWeights] = None,
               temperature: float = 0.05, margin: float = DEFAULT_MARGIN,
               hinge_power: int = DEFAULT_HINGE_POWER) -> Objective:
-  """The named objective (see `spreadout_for` for the spreadout it gets)."""
+  """The named objective (see `spreadout_for` for the spreadout it gets), its
+  loss on the cheapest candidates it can take (`Objective`)."""
   weights = spreadout_for(name, spreadout)
-  return Objective(name, make_loss(base_loss_name(name), temperature, margin,
-                                   hinge_power, weights), weights)
+  settings = (base_loss_name(name), temperature, margin, hinge_power, weights)
+  loss = make_loss(*settings)
+  if not loss.reads_every_item:
+    loss = make_loss(*settings, candidates="batch")
+  return Objective(name, loss, weights)
 
 
 @dataclasses.dataclass(frozen=True)

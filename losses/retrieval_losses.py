@@ -4,7 +4,10 @@ Every loss takes `y_true`, the positive item ids [B], and `y_pred`, the scores o
 each context against every item of the vocabulary [B, V] (cosine similarities
 for a normalized model; column 0, padding, is -1e9), or against a candidate set
 [B, K] with `y_true` the positions of the positives in it (`models/scoring.py`,
-`candidate_scores`). From those one tensor each
+`candidate_scores`). With `candidates="batch"` a loss instead takes the scores
+against the batch's own positives only, [B, B] (column j: example j's item,
+`dual_encoder.batch_candidates_model`): all that batch softmax, the hinge and
+the cross spreadout read, at B / V of the cost. From those one tensor each
 loss picks what it needs, so the same objects serve Keras `fit` and TFF's
 `from_keras_model` (whose losses see only y_true and y_pred):
 - batch softmax: softmax over the batch's positives, s[i, y_j] / T (in-batch
@@ -35,6 +38,9 @@ def _labels(y_true: tf.Tensor) -> tf.Tensor:
   return tf.reshape(tf.cast(y_true, tf.int32), [-1])
 
 
+CANDIDATES = ("vocabulary", "batch")
+
+
 def _check_positive(value: float, name: str) -> float:
   if not value > 0:
     raise ValueError(f"--{name} must be > 0, got {value}")
@@ -45,10 +51,14 @@ class RetrievalLoss(tf.keras.losses.Loss):
   """A per-example retrieval loss plus the optional cross spreadout of the batch
   and negative spreadout of each example."""
 
+  # Whether the base loss itself reads every item's score (global softmax).
+  needs_every_item = False
+
   def __init__(self, cross_spreadout_weight: float = 0.0,
                spreadout_form: str = "frobenius",
                negative_spreadout_weight: float = 0.0,
-               negative_margin: float = spreadout.DEFAULT_NEGATIVE_MARGIN, **kwargs):
+               negative_margin: float = spreadout.DEFAULT_NEGATIVE_MARGIN,
+               candidates: str = "vocabulary", **kwargs):
     super().__init__(**kwargs)
     for name, weight in (("cross", cross_spreadout_weight),
                          ("negative", negative_spreadout_weight)):
@@ -58,9 +68,37 @@ class RetrievalLoss(tf.keras.losses.Loss):
     self.negative_spreadout_weight = float(negative_spreadout_weight)
     self.negative_margin = float(negative_margin)
     self.spreadout_form = spreadout.check_form(spreadout_form)
+    if candidates not in CANDIDATES:
+      raise ValueError(f"candidates must be one of {CANDIDATES}, got '{candidates}'")
+    if candidates == "batch" and self.reads_every_item:
+      raise ValueError(f"{self.name} (negative_spreadout_weight "
+                       f"{self.negative_spreadout_weight}) reads every item's score: "
+                       "it needs candidates='vocabulary'")
+    self.candidates = candidates
+
+  @property
+  def reads_every_item(self) -> bool:
+    """Whether the loss reads scores beyond the batch's positives, so that it
+    cannot train on `candidates="batch"`."""
+    return self.needs_every_item or self.negative_spreadout_weight > 0
+
+  def batch_scores(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
+    """Each context's scores against the batch's positives [B, B]."""
+    if self.candidates == "vocabulary":
+      return tf.gather(scores, labels, axis=1)
+    tf.debugging.assert_equal(tf.shape(scores)[1], tf.size(labels), message=(
+        "candidates='batch' takes scores against the batch's positives [B, B]"))
+    return scores
+
+  def positive_scores(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
+    """Each context's score against its own positive [B]."""
+    if self.candidates == "vocabulary":
+      return tf.gather(scores, labels[:, None], axis=1, batch_dims=1)[:, 0]
+    return tf.linalg.diag_part(self.batch_scores(labels, scores))
 
   def per_example(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
-    """The loss of each example [B] from its positive ids [B] and scores [B, V]."""
+    """The loss of each example [B] from its positive ids [B] and scores [B, V]
+    (or [B, B] against the batch's positives, `candidates="batch"`)."""
     raise NotImplementedError
 
   def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
@@ -68,7 +106,7 @@ class RetrievalLoss(tf.keras.losses.Loss):
     losses = self.per_example(labels, y_pred)
     if self.cross_spreadout_weight:
       losses += self.cross_spreadout_weight * spreadout.cross_spreadout(
-          tf.gather(y_pred, labels, axis=1), self.spreadout_form)
+          self.batch_scores(labels, y_pred), self.spreadout_form)
     if self.negative_spreadout_weight:
       losses += self.negative_spreadout_weight * spreadout.negative_spreadout(
           labels, y_pred, self.negative_margin, self.spreadout_form)
@@ -79,7 +117,7 @@ class RetrievalLoss(tf.keras.losses.Loss):
             "cross_spreadout_weight": self.cross_spreadout_weight,
             "negative_spreadout_weight": self.negative_spreadout_weight,
             "negative_margin": self.negative_margin,
-            "spreadout_form": self.spreadout_form}
+            "spreadout_form": self.spreadout_form, "candidates": self.candidates}
 
 
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")
@@ -94,7 +132,7 @@ class BatchSoftmaxLoss(RetrievalLoss):
     self.remove_accidental_hits = bool(remove_accidental_hits)
 
   def per_example(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
-    logits = tf.gather(scores, labels, axis=1) / self.temperature  # [B, B]
+    logits = self.batch_scores(labels, scores) / self.temperature  # [B, B]
     if self.remove_accidental_hits:
       same_item = tf.equal(labels[:, None], labels[None, :])
       accidental = tf.logical_and(same_item, tf.logical_not(
@@ -111,6 +149,8 @@ class BatchSoftmaxLoss(RetrievalLoss):
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")
 class GlobalSoftmaxLoss(RetrievalLoss):
   """Softmax cross-entropy over the whole item vocabulary."""
+
+  needs_every_item = True
 
   def __init__(self, temperature: float = 0.05, name: str = "global_softmax",
                **kwargs):
@@ -138,7 +178,7 @@ class HingeLoss(RetrievalLoss):
     self.power = int(power)
 
   def per_example(self, labels: tf.Tensor, scores: tf.Tensor) -> tf.Tensor:
-    positive = tf.gather(scores, labels[:, None], axis=1, batch_dims=1)[:, 0]
+    positive = self.positive_scores(labels, scores)
     return tf.pow(tf.nn.relu(self.margin - positive), float(self.power))
 
   def get_config(self) -> Dict[str, Any]:

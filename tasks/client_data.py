@@ -1,8 +1,10 @@
 """Points -> `tf.data` pipelines: one dataset per client, and all examples.
 
 MovieLens elements are `(context, label)`: an int32 vector of
-`max_context_length` item ids and an int32 item id, batched as `([B, L], [B])`;
-XC elements are `((feature_ids, feature_values), label)`.
+`max_context_length` item ids and an int32 item id, batched as `([B, L], [B])`,
+or `((context, label), label)` for a model that scores the batch's positives
+(`positives_as_input`, `dual_encoder.batch_candidates_model`); XC elements are
+`((feature_ids, feature_values), label)`.
 Batching keeps the short last batch: no example is silently dropped.
 """
 
@@ -14,9 +16,14 @@ import tensorflow as tf
 from tasks.movielens.sequence_examples import Examples
 
 
-def _tensor_slices(examples: Examples) -> tf.data.Dataset:
+def _inputs(examples: Examples, positives_as_input: bool):
+  contexts = examples.contexts.astype(np.int32)
+  return (contexts, examples.labels.astype(np.int32)) if positives_as_input else contexts
+
+
+def _tensor_slices(examples: Examples, positives_as_input: bool) -> tf.data.Dataset:
   return tf.data.Dataset.from_tensor_slices(
-      (examples.contexts.astype(np.int32), examples.labels.astype(np.int32)))
+      (_inputs(examples, positives_as_input), examples.labels.astype(np.int32)))
 
 
 class ClientDatasets:
@@ -38,9 +45,10 @@ class ClientDatasets:
     self.client_ids = sorted(client_points, key=_natural_order)
 
   @classmethod
-  def from_examples(cls, examples: Examples) -> "ClientDatasets":
+  def from_examples(cls, examples: Examples,
+                    positives_as_input: bool = False) -> "ClientDatasets":
     """One client per MovieLens user (id = the user id as a string)."""
-    return cls(examples.contexts.astype(np.int32), examples.labels.astype(np.int32),
+    return cls(_inputs(examples, positives_as_input), examples.labels.astype(np.int32),
                {str(user): np.arange(start, stop)
                 for user, (start, stop) in examples.user_ranges().items()})
 
@@ -99,8 +107,8 @@ def batch_for_training(dataset: tf.data.Dataset, batch_size: int,
 
 
 def centralized_dataset(examples: Examples, batch_size: int,
-                        shuffle_seed: Optional[int] = None,
-                        epochs: int = 1) -> tf.data.Dataset:
+                        shuffle_seed: Optional[int] = None, epochs: int = 1,
+                        positives_as_input: bool = False) -> tf.data.Dataset:
   """All examples as one batched dataset (for Keras `fit` and evaluation)."""
-  return batch_for_training(_tensor_slices(examples), batch_size, epochs,
-                            shuffle_seed, shuffle_buffer=max(len(examples), 1))
+  return batch_for_training(_tensor_slices(examples, positives_as_input), batch_size,
+                            epochs, shuffle_seed, shuffle_buffer=max(len(examples), 1))

@@ -5,6 +5,8 @@ import pytest
 import tensorflow as tf
 
 from fed_retrieval.models import dual_encoder
+from losses import registry
+from losses import retrieval_losses
 from losses.spreadout import SpreadoutWeights
 from losses.spreadout import spreadout
 
@@ -80,3 +82,56 @@ def test_weight_shapes_are_the_models_trainable_shapes():
   model = dual_encoder.build_dual_encoder(config)
   assert sorted(config.weight_shapes()) == sorted(
       tuple(v.shape) for v in model.trainable_variables)
+
+
+@pytest.mark.parametrize("loss_name,spreadout_weights,hidden", [
+    ("batch_softmax", SpreadoutWeights(), ()),
+    ("batch_softmax_spreadout", SpreadoutWeights(item=0.1, cross=0.1, context=0.1), ()),
+    ("hinge", SpreadoutWeights(), (6,)),
+    ("hinge_spreadout", SpreadoutWeights(item=0.1, negative=0.0), (6,)),
+])
+def test_batch_candidates_give_the_full_paths_loss_and_gradients(loss_name,
+                                                                spreadout_weights,
+                                                                hidden):
+  objective = registry.objective(loss_name, spreadout_weights)
+  assert objective.candidates == "batch"
+  full_loss = registry.make_loss(registry.base_loss_name(loss_name),
+                                 spreadout=objective.spreadout)  # On [B, V].
+  config = dual_encoder.DualEncoderConfig(
+      vocabulary_size=30, max_context_length=4, embedding_dim=6,
+      context_hidden_dims=hidden, item_hidden_dims=hidden,
+      spreadout=objective.spreadout)
+  model = dual_encoder.build_dual_encoder(config, seed=2)
+  batch_model = dual_encoder.training_model(model, "batch")
+  assert [v.name for v in batch_model.trainable_variables] == [
+      v.name for v in model.trainable_variables]
+  rng = np.random.default_rng(0)
+  contexts = rng.integers(0, 30, size=(8, 4)).astype(np.int32)
+  labels = rng.integers(1, 30, size=8).astype(np.int32)
+  labels[5] = labels[2]  # A repeated positive.
+
+  def loss_and_gradients(train_model, loss, inputs):
+    with tf.GradientTape() as tape:
+      value = tf.reduce_mean(loss(labels, train_model(inputs, training=True)))
+      value += tf.add_n(train_model.losses) if train_model.losses else 0.0
+    return value, tape.gradient(value, model.trainable_variables)
+
+  full_value, full_gradients = loss_and_gradients(model, full_loss, contexts)
+  value, gradients = loss_and_gradients(batch_model, objective.loss, (contexts, labels))
+  assert float(value) == pytest.approx(float(full_value), rel=1e-5)
+  for expected, given in zip(full_gradients, gradients):
+    np.testing.assert_allclose(tf.convert_to_tensor(given).numpy(),
+                               tf.convert_to_tensor(expected).numpy(),
+                               rtol=1e-4, atol=1e-6)
+
+
+def test_losses_that_read_every_item_refuse_batch_candidates():
+  assert registry.objective("global_softmax").candidates == "vocabulary"
+  assert registry.objective("hinge_spreadout").candidates == "vocabulary"  # Negative term.
+  with pytest.raises(ValueError, match="reads every item's score"):
+    retrieval_losses.GlobalSoftmaxLoss(candidates="batch")
+  with pytest.raises(ValueError, match="reads every item's score"):
+    retrieval_losses.HingeLoss(negative_spreadout_weight=0.1, candidates="batch")
+  loss = retrieval_losses.HingeLoss(candidates="batch")
+  with pytest.raises(tf.errors.InvalidArgumentError, match="positives"):
+    loss(np.array([1, 2]), np.zeros((2, 30), np.float32))  # [B, V] given.

@@ -25,10 +25,12 @@ CLIENT_LOOP = tff.learning.LoopImplementation.DATASET_ITERATOR
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 
 
-def input_spec(max_context_length: int) -> Tuple[tf.TensorSpec, tf.TensorSpec]:
-  """The (context, label) batches every client dataset yields."""
-  return (tf.TensorSpec([None, max_context_length], tf.int32),
-          tf.TensorSpec([None], tf.int32))
+def input_spec(max_context_length: int, candidates: str = "vocabulary"):
+  """The batches every client dataset yields: (context, label), or
+  ((context, label), label) for a loss on the batch's positives."""
+  context = tf.TensorSpec([None, max_context_length], tf.int32)
+  label = tf.TensorSpec([None], tf.int32)
+  return ((context, label) if candidates == "batch" else context), label
 
 
 def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig,
@@ -38,14 +40,23 @@ def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig,
 
   Recall metrics on training batches (`ks`) cost seven rankings over the whole
   vocabulary per step; the run loop leaves them out and evaluates the server
-  model on held-out users instead.
+  model on held-out users instead. They need the [B, V] scores: with `ks`, the
+  objective must read every item (`Objective.candidates` "vocabulary").
+  The model trained is the objective's `dual_encoder.training_model`; its
+  weights are the full dual encoder's, in the same order.
   """
 
+  if ks and objective.build().candidates != "vocabulary":
+    raise ValueError(f"recall metrics on training batches need the scores of every "
+                     f"item, which --loss={objective.loss} does not train on")
+
   def model_fn() -> tff.learning.models.VariableModel:
+    built = objective.build()
     return tff.learning.models.from_keras_model(
-        dual_encoder.build_dual_encoder(model_config, seed=seed),
-        loss=objective.build().loss,
-        input_spec=input_spec(model_config.max_context_length),
+        dual_encoder.training_model(
+            dual_encoder.build_dual_encoder(model_config, seed=seed), built.candidates),
+        loss=built.loss,
+        input_spec=input_spec(model_config.max_context_length, built.candidates),
         metrics=recall_metrics.retrieval_metrics(ks) if ks else [])
 
   return model_fn

@@ -10,6 +10,11 @@ the end of the query tower (only training adds it to the loss).
 The full model maps a context [B, L] to its scores against every item of the
 vocabulary [B, V] (column 0, padding, is -1e9), which is all the losses and the
 recall metrics need; `query_tower` and `item_tower` are sub-models for export.
+Losses that read only the batch's positives (batch softmax, the hinge) train
+on `batch_candidates_model`, which shares the full model's weights and scores
+each context against the batch's positive items only, [B, B]: the same loss
+and gradients without the [B, V] product and the dense gradient of the whole
+table (`training_model` picks by the loss's `candidates`).
 """
 
 import dataclasses
@@ -105,6 +110,15 @@ class ScoreAllItems(tf.keras.layers.Layer):
     raise NotImplementedError("Rebuild the model with build_dual_encoder(config)")
 
 
+@tf.keras.utils.register_keras_serializable(package="fed_retrieval")
+class ScoreBatchItems(tf.keras.layers.Layer):
+  """Dot products of queries [B, D] with the batch's item embeddings [B, D]."""
+
+  def call(self, inputs):
+    queries, items = inputs
+    return tf.matmul(queries, items, transpose_b=True)
+
+
 def _tower_head(dims: Tuple[int, ...], prefix: str, normalize: bool):
   """Hidden ReLU layers (the last one linear), then optional L2 normalization."""
   layers = [tf.keras.layers.Dense(d, activation=None if i == len(dims) - 1 else "relu",
@@ -147,6 +161,28 @@ def build_dual_encoder(config: DualEncoderConfig,
   scores = ScoreAllItems(item_tower, config.vocabulary_size,
                          name="score_all_items")(query_tower(context))
   return tf.keras.Model(context, scores, name="dual_encoder")
+
+
+def batch_candidates_model(model: tf.keras.Model) -> tf.keras.Model:
+  """A model with `model`'s weights (the same variables, in the same order)
+  that scores each context against the batch's positive items only:
+  (context [B, L], positive item ids [B]) -> [B, B], column j for item j."""
+  context = tf.keras.Input(shape=model.input_shape[1:], dtype=tf.int32,
+                           name="context")
+  positives = tf.keras.Input(shape=(), dtype=tf.int32, name="positive_item_id")
+  scores = ScoreBatchItems(name="score_batch_items")(
+      [query_tower(model)(context), item_tower(model)(positives)])
+  return tf.keras.Model([context, positives], scores, name="dual_encoder_batch")
+
+
+def training_model(model: tf.keras.Model, candidates: str) -> tf.keras.Model:
+  """What a loss of `candidates` ("vocabulary" or "batch") trains: `model`, or
+  its `batch_candidates_model` (whose inputs are (context, positive ids))."""
+  if candidates == "vocabulary":
+    return model
+  if candidates == "batch":
+    return batch_candidates_model(model)
+  raise ValueError(f"candidates must be 'vocabulary' or 'batch', got '{candidates}'")
 
 
 def query_tower(model: tf.keras.Model) -> tf.keras.Model:

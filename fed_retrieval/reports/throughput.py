@@ -44,7 +44,8 @@ def federated_throughput(task: MovieLensTask, config: FederatedConfig,
     process = fedavg.build_learning_process(
         fedavg.retrieval_model_fn(model_config, config.objective),
         config)
-    data = client_data.ClientDatasets.from_examples(task.federated_train)
+    data = client_data.ClientDatasets.from_examples(
+        task.federated_train, config.objective.build().candidates == "batch")
     sampler = client_sampling.sampler_for(data, config)
     state = process.initialize()
     examples, seconds = 0, 0.0
@@ -65,12 +66,14 @@ def federated_throughput(task: MovieLensTask, config: FederatedConfig,
 
 
 def _objective_and_model(task: MovieLensTask, loss: str):
-  """The default objective of `loss` and a fresh dual encoder for it."""
+  """The default objective of `loss` and a fresh dual encoder for it, as
+  training sees it (`dual_encoder.training_model`)."""
   objective = registry.objective(loss)
   config = dual_encoder.DualEncoderConfig(task.vocabulary_size,
                                           task.config.max_context_length,
                                           spreadout=objective.spreadout)
-  return objective, dual_encoder.build_dual_encoder(config, seed=0)
+  return objective, dual_encoder.training_model(
+      dual_encoder.build_dual_encoder(config, seed=0), objective.candidates)
 
 
 def centralized_throughput(task: MovieLensTask, loss: str, batch_size: int,
@@ -80,8 +83,9 @@ def centralized_throughput(task: MovieLensTask, loss: str, batch_size: int,
   objective, model = _objective_and_model(task, loss)
   model.compile(optimizer=optimizers.keras_optimizer("sgd", learning_rate),
                 loss=objective.loss, steps_per_execution=steps_per_execution)
-  dataset = client_data.centralized_dataset(task.federated_train, batch_size,
-                                            shuffle_seed=0).repeat()
+  dataset = client_data.centralized_dataset(
+      task.federated_train, batch_size, shuffle_seed=0,
+      positives_as_input=objective.candidates == "batch").repeat()
   steps = math.ceil(num_examples / batch_size)
   model.fit(dataset, steps_per_epoch=steps_per_execution, epochs=1, verbose=0)
   start = time.perf_counter()
@@ -106,8 +110,9 @@ def tight_loop_throughput(task: MovieLensTask, loss: str, batch_size: int,
 
   @tf.function(jit_compile=jit_compile)
   def train_step(context, label):
+    inputs = (context, label) if objective.candidates == "batch" else context
     with tf.GradientTape() as tape:
-      loss_value = tf.reduce_mean(objective.loss(label, model(context, training=True)))
+      loss_value = tf.reduce_mean(objective.loss(label, model(inputs, training=True)))
       loss_value += tf.add_n(model.losses) if model.losses else 0.0
     gradients = tape.gradient(loss_value, model.trainable_variables)
     optimizer.apply_gradients(zip(gradients, model.trainable_variables))

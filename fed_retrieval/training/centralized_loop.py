@@ -186,7 +186,7 @@ class CentralizedJob:
   `federated_loop.FederatedJob`): the loop never asks which task it runs."""
   name: str
   run_config: Dict[str, Any]
-  build_model: Callable[[], tf.keras.Model]  # Uncompiled.
+  build_model: Callable[[], tf.keras.Model]  # Uncompiled; evaluated and exported.
   loss: Any  # A Keras loss.
   train_data: Callable[[], tf.data.Dataset]  # Batches, shuffled, repeated forever.
   num_examples: int  # One pass.
@@ -201,6 +201,9 @@ class CentralizedJob:
   baselines: Callable[[], Dict[str, Any]] = dict
   # Writes the run's own files beside its config (the MovieLens item ids).
   write_files: Callable[[str], Any] = lambda directory: None
+  # What `fit` trains, from the built model: the model itself, or a model on
+  # the same weights that gives the loss only the scores it reads.
+  training_model: Callable[[tf.keras.Model], tf.keras.Model] = lambda model: model
 
 
 def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, Any]:
@@ -218,15 +221,16 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
                                               config.eval_every_steps)
   tf.keras.utils.set_random_seed(config.seed)
   model = job.build_model()
+  trained = job.training_model(model)  # The same variables.
   # No metrics in `fit`: a metric over the whole vocabulary (or class table) on
   # every training batch would cost more than the training step; the callback
   # evaluates whole splits instead.
-  model.compile(optimizer=optimizers.keras_optimizer(config.optimizer,
-                                                     config.learning_rate),
-                loss=job.loss, steps_per_execution=config.steps_per_execution)
+  trained.compile(optimizer=optimizers.keras_optimizer(config.optimizer,
+                                                       config.learning_rate),
+                  loss=job.loss, steps_per_execution=config.steps_per_execution)
   metrics_path = os.path.join(output_dir, "metrics.csv")
   validation = ValidationAndStopping(
-      lambda m: job.evaluate(m, "validation"), config.stopping_rule,
+      lambda _: job.evaluate(model, "validation"), config.stopping_rule,
       job.curve_split, job.monitored, steps_per_epoch, config.batch_size,
       os.path.join(output_dir, BEST_WEIGHTS), metrics_path, job.name, epochs, output_dir)
   callbacks = [
@@ -237,12 +241,12 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
       tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "tensorboard"),
                                      write_graph=False),
   ]
-  model.fit(job.train_data(), epochs=epochs, steps_per_epoch=steps_per_epoch,
-            callbacks=callbacks, verbose=0)
+  trained.fit(job.train_data(), epochs=epochs, steps_per_epoch=steps_per_epoch,
+              callbacks=callbacks, verbose=0)
   trained_steps, best_step = validation.curve[-1][0], validation.curve[-1][0]
   if config.stopping_rule.patience:
     best_step = config.stopping_rule.best(validation.curve)[0]
-    model.load_weights(os.path.join(output_dir, BEST_WEIGHTS))
+    trained.load_weights(os.path.join(output_dir, BEST_WEIGHTS))  # Saved from it.
   model.save_weights(os.path.join(output_dir, CHECKPOINT))
   job.export(model, os.path.join(output_dir, "export"))
   results = {
@@ -264,6 +268,7 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
   """The dual encoder on a MovieLens task, trained with `run_centralized`."""
   objective = config.objective.build()
   model_config = model_config_for(task, objective, embedding_dim)
+  positives_as_input = objective.candidates == "batch"
   if config.split == "example":
     # No validation users: the curve is drawn on the test split, and with
     # patience 0 (enforced by the config) it never picks the model.
@@ -282,8 +287,11 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
       build_model=lambda: dual_encoder.build_dual_encoder(model_config,
                                                           seed=config.seed),
       loss=objective.loss,
+      training_model=lambda model: dual_encoder.training_model(model,
+                                                               objective.candidates),
       train_data=lambda: client_data.centralized_dataset(
-          train, config.batch_size, shuffle_seed=config.seed, epochs=1).repeat(),
+          train, config.batch_size, shuffle_seed=config.seed, epochs=1,
+          positives_as_input=positives_as_input).repeat(),
       num_examples=len(train),
       evaluate=lambda model, split: retrieval_evaluation.evaluate(
           model, splits[split], config.ks, config.batch_size),

@@ -329,14 +329,17 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
 
 def movielens_job_parts(task: MovieLensTask,
                         model_config: dual_encoder.DualEncoderConfig,
-                        config: FederatedConfig) -> Dict[str, Any]:
+                        config: FederatedConfig,
+                        positives_as_input: bool = False) -> Dict[str, Any]:
   """The `FederatedJob` fields every MovieLens algorithm shares: the users as
-  clients, the dual encoder, recall on the validation / test users, export,
-  and the item ids written beside the run."""
+  clients (their batches with the positives as a model input too, for a
+  model that scores the batch's positives), the dual encoder, recall on the
+  validation / test users, export, and the item ids written beside the run."""
   task.require_splits("federated_train", "federated_val", "federated_test")
   splits = {"validation": task.federated_val, "test": task.federated_test}
   return dict(
-      clients=client_data.ClientDatasets.from_examples(task.federated_train),
+      clients=client_data.ClientDatasets.from_examples(task.federated_train,
+                                                       positives_as_input),
       build_server_model=lambda: dual_encoder.build_dual_encoder(model_config),
       evaluate=lambda model, split: retrieval_evaluation.evaluate(
           model, splits[split], config.ks, config.batch_size),
@@ -363,7 +366,8 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
       build_process=lambda: fedavg.build_learning_process(
           fedavg.retrieval_model_fn(model_config, config.objective, seed=config.seed),
           config),
-      **movielens_job_parts(task, model_config, config),
+      **movielens_job_parts(task, model_config, config,
+                            config.objective.build().candidates == "batch"),
       results={"setting": setting, "loss": config.objective.loss,
                "algorithm": config.algorithm},
       round_metrics=dict(zip(("bytes_down_per_client", "bytes_up_per_client"),
