@@ -8,7 +8,7 @@ or `((context, label), label)` for a model that scores the batch's positives
 Batching keeps the short last batch: no example is silently dropped.
 """
 
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -59,13 +59,9 @@ class ClientDatasets:
   def num_examples(self, client_id: str) -> int:
     return len(self._points[client_id])
 
-  def training_dataset(self, client_id: str, batch_size: int, epochs: int = 1,
-                       shuffle_seed: Optional[int] = None,
-                       max_steps: Optional[int] = None) -> tf.data.Dataset:
-    """`epochs` passes over the client's examples (each pass in its own order
-    when seeded), batched, the short last batch kept; with `max_steps`, only
-    the first that many batches (seeded, a client with more examples trains on
-    a fresh sample of them for each seed)."""
+  def _rows(self, client_id: str, batch_size: int, epochs: int,
+            shuffle_seed: Optional[int], max_steps: Optional[int]) -> np.ndarray:
+    """The point indices a client trains on in a round, in order."""
     _check_batching(batch_size, epochs)
     if max_steps is not None and max_steps < 1:
       raise ValueError(f"--max_local_steps must be >= 1, got {max_steps}")
@@ -76,12 +72,49 @@ class ClientDatasets:
     rows = np.concatenate([
         points[rng.permutation(len(points))] if shuffle_seed is not None else points
         for _ in range(epochs)])
-    if max_steps is not None:
-      rows = rows[:max_steps * batch_size]
+    return rows if max_steps is None else rows[:max_steps * batch_size]
+
+  def _take(self, rows: np.ndarray):
+    """(inputs, labels) of `rows`."""
     inputs = (tuple(a[rows] for a in self._inputs) if isinstance(self._inputs, tuple)
               else self._inputs[rows])
-    return tf.data.Dataset.from_tensor_slices((inputs, self._labels[rows])).batch(
-        batch_size)
+    return inputs, self._labels[rows]
+
+  def training_dataset(self, client_id: str, batch_size: int, epochs: int = 1,
+                       shuffle_seed: Optional[int] = None,
+                       max_steps: Optional[int] = None) -> tf.data.Dataset:
+    """`epochs` passes over the client's examples (each pass in its own order
+    when seeded), batched, the short last batch kept; with `max_steps`, only
+    the first that many batches (seeded, a client with more examples trains on
+    a fresh sample of them for each seed)."""
+    rows = self._rows(client_id, batch_size, epochs, shuffle_seed, max_steps)
+    return tf.data.Dataset.from_tensor_slices(self._take(rows)).batch(batch_size)
+
+  def shard_dataset(self, client_ids: Sequence[str], batch_size: int, epochs: int,
+                    shuffle_seeds: Sequence[Optional[int]],
+                    max_steps: Optional[int] = None) -> tf.data.Dataset:
+    """The batches of several clients one client after another, each
+    `((inputs, labels), starts_client)`: client k's batches are those of
+    `training_dataset(client_ids[k], ..., shuffle_seeds[k], ...)`, and the
+    first of them is marked (`algorithms.client_shards`)."""
+    row_lists = [self._rows(c, batch_size, epochs, seed, max_steps)
+                 for c, seed in zip(client_ids, shuffle_seeds)]
+    begins, client_starts = [], []
+    offset = 0
+    for rows in row_lists:
+      client_begins = offset + np.arange(0, len(rows), batch_size)
+      begins.append(client_begins)
+      client_starts.append(np.arange(len(client_begins)) == 0)
+      offset += len(rows)
+    begins = np.concatenate(begins).astype(np.int64)
+    ends = np.minimum(np.append(begins[1:], offset),
+                      begins + batch_size).astype(np.int64)
+    inputs, labels = self._take(np.concatenate(row_lists))
+    inputs, labels = tf.nest.map_structure(tf.constant, (inputs, labels))
+    return tf.data.Dataset.from_tensor_slices(
+        (begins, ends, np.concatenate(client_starts))).map(
+            lambda begin, end, starts: (tf.nest.map_structure(
+                lambda t: t[begin:end], (inputs, labels)), starts))
 
 
 def _natural_order(client_id: str):

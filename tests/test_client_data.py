@@ -58,3 +58,21 @@ def test_centralized_dataset_covers_every_example_once():
                                                  shuffle_seed=0).as_numpy_iterator())
   assert [len(labels) for _, labels in batches] == [4, 2]
   assert sorted(np.concatenate([l for _, l in batches])) == list(range(10, 16))
+
+
+def test_a_shard_holds_its_clients_batches_in_turn_each_first_one_marked():
+  data = client_data.ClientDatasets.from_examples(make_examples())
+  clients, seeds = ["3", "9", "5"], [7, None, 2]
+  shard = list(data.shard_dataset(clients, batch_size=2, epochs=2,
+                                  shuffle_seeds=seeds, max_steps=2).as_numpy_iterator())
+  expected = [batch for client, seed in zip(clients, seeds)
+              for batch in data.training_dataset(client, 2, 2, seed, 2).as_numpy_iterator()]
+  assert len(shard) == len(expected) == 2 + 2 + 1
+  for (batch, _), (inputs, labels) in zip(shard, expected):
+    np.testing.assert_array_equal(batch[0], inputs)
+    np.testing.assert_array_equal(batch[1], labels)
+  assert [starts for _, starts in shard] == [True, False, True, False, True]
+  with_positives = client_data.ClientDatasets.from_examples(make_examples(), True)
+  (inputs, labels), _ = next(with_positives.shard_dataset(["5"], 4, 1, [None])
+                             .as_numpy_iterator())
+  np.testing.assert_array_equal(inputs[1], labels)  # (context, label), label.

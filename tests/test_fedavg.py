@@ -1,11 +1,14 @@
 """One federated round of FedAvg and FedSGD against a hand computation."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import fedavg
+from tasks import client_data
 from fed_retrieval.training.federated_loop import FederatedConfig
 from losses.registry import ObjectiveConfig
 
@@ -36,16 +39,34 @@ def dataset(client):
   return tf.data.Dataset.from_tensor_slices(client).batch(len(client[1]))
 
 
-def run_round(config, clients):
+def shard(clients, batch_size=None):
+  """One shard dataset of `clients`, each in batches (default: one batch)."""
+  inputs = np.concatenate([c[0] for c in clients])
+  labels = np.concatenate([c[1] for c in clients])
+  points, start = {}, 0
+  for i, (_, y) in enumerate(clients):
+    points[str(i)] = np.arange(start, start + len(y))
+    start += len(y)
+  data = client_data.ClientDatasets(inputs, labels, points)
+  return data.shard_dataset([str(i) for i in range(len(clients))],
+                            batch_size or max(len(c[1]) for c in clients), 1,
+                            [None] * len(clients))
+
+
+def run_round(config, clients, shards=None):
+  """The weights after one round on `clients` (each one batch), or with
+  `client_shards`, on `shards` (lists of clients)."""
   process = fedavg.build_learning_process(linear_model_fn, config)
   state = process.initialize()
-  output = process.next(state, [dataset(c) for c in clients])
+  data = ([shard(s) for s in shards] if shards else [dataset(c) for c in clients])
+  output = process.next(state, data)
   return np.asarray(process.get_model_weights(output.state).trainable[0]).reshape(2)
 
 
 def test_fedavg_round_matches_hand_computation(tff_context):
   config = FederatedConfig(algorithm="fedavg", client_learning_rate=0.1,
-                           server_optimizer="sgd", server_learning_rate=0.5)
+                           server_optimizer="sgd", server_learning_rate=0.5,
+                           client_shards=0)
   # Each client takes one SGD step on its single batch; the server averages the
   # deltas weighted by examples (2 and 1) and applies them at rate 0.5.
   delta_a = -0.1 * mse_gradient(W0, CLIENT_A)
@@ -53,6 +74,41 @@ def test_fedavg_round_matches_hand_computation(tff_context):
   expected = W0 + 0.5 * (2 * delta_a + 1 * delta_b) / 3
   np.testing.assert_allclose(run_round(config, [CLIENT_A, CLIENT_B]), expected,
                              rtol=1e-5)
+
+
+def test_sharded_fedavg_round_matches_hand_computation(tff_context):
+  config = FederatedConfig(algorithm="fedavg", client_learning_rate=0.1,
+                           server_optimizer="sgd", server_learning_rate=0.5,
+                           client_shards=2)
+  delta_a = -0.1 * mse_gradient(W0, CLIENT_A)
+  delta_b = -0.1 * mse_gradient(W0, CLIENT_B)
+  expected = W0 + 0.5 * (2 * delta_a + 1 * delta_b + 2 * delta_a) / 5
+  # Three clients in two shards: each starts from the round's model.
+  np.testing.assert_allclose(
+      run_round(config, None, shards=[[CLIENT_A, CLIENT_B], [CLIENT_A]]), expected,
+      rtol=1e-5)
+
+
+def test_sharded_fedavg_equals_fedavg_with_momentum_and_several_steps(tff_context):
+  # Two batches a client and client momentum: the optimizer restarts per client.
+  clients = [(np.array([[1, 0], [0, 1], [1, 1]], np.float32),
+              np.array([1, 2, 0], np.float32)), CLIENT_B,
+             (np.array([[0, 2], [1, -1]], np.float32), np.array([3, 1], np.float32))]
+  config = FederatedConfig(algorithm="fedavg", client_optimizer="sgdm",
+                           client_learning_rate=0.1, server_optimizer="sgd",
+                           server_learning_rate=1.0, client_shards=0)
+  process = fedavg.build_learning_process(linear_model_fn, config)
+  stock = process.next(process.initialize(), [
+      tf.data.Dataset.from_tensor_slices(c).batch(2) for c in clients])
+  sharded_config = dataclasses.replace(config, client_shards=2)
+  sharded_process = fedavg.build_learning_process(linear_model_fn, sharded_config)
+  sharded = sharded_process.next(sharded_process.initialize(),
+                                 [shard(clients[:2], 2), shard(clients[2:], 2)])
+  np.testing.assert_allclose(
+      sharded_process.get_model_weights(sharded.state).trainable[0],
+      process.get_model_weights(stock.state).trainable[0], rtol=1e-6)
+  assert (sharded.metrics["client_work"]["train"]["num_examples"] ==
+          stock.metrics["client_work"]["train"]["num_examples"] == 6)
 
 
 def test_fedsgd_round_matches_hand_computation(tff_context):
@@ -63,14 +119,17 @@ def test_fedsgd_round_matches_hand_computation(tff_context):
                              W0 - 0.3 * gradient, rtol=1e-5)
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedsgd"])
-def test_non_finite_client_update_is_not_averaged_in(tff_context, algorithm):
+@pytest.mark.parametrize("algorithm,shards", [
+    ("fedavg", None), ("fedsgd", None),
+    ("fedavg", [[CLIENT_A, CLIENT_NAN], [CLIENT_B]])])
+def test_non_finite_client_update_is_not_averaged_in(tff_context, algorithm, shards):
   config = FederatedConfig(algorithm=algorithm, client_learning_rate=0.1,
-                           server_optimizer="sgd")
-  with_nan = run_round(config, [CLIENT_A, CLIENT_NAN, CLIENT_B])
+                           server_optimizer="sgd", client_shards=len(shards or []))
+  with_nan = run_round(config, [CLIENT_A, CLIENT_NAN, CLIENT_B], shards)
   assert np.all(np.isfinite(with_nan))
-  np.testing.assert_allclose(with_nan, run_round(config, [CLIENT_A, CLIENT_B]),
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+      with_nan, run_round(config, [CLIENT_A, CLIENT_B],
+                          shards and [[CLIENT_A], [CLIENT_B]]), rtol=1e-6)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -99,7 +158,7 @@ def test_recall_metrics_run_in_tff_only_when_asked(tff_context, ks, expected):
   from fed_retrieval.models import dual_encoder  # pylint: disable=g-import-not-at-top
   config = dual_encoder.DualEncoderConfig(vocabulary_size=30, max_context_length=3)
   model_fn = fedavg.retrieval_model_fn(config, ObjectiveConfig("global_softmax"), ks=ks)
-  process = fedavg.build_learning_process(model_fn, FederatedConfig())
+  process = fedavg.build_learning_process(model_fn, FederatedConfig(client_shards=0))
   contexts = np.array([[1, 2, 0], [3, 0, 0], [4, 5, 6]], np.int32)
   labels = np.array([7, 8, 9], np.int32)
   data = tf.data.Dataset.from_tensor_slices((contexts, labels)).batch(2)

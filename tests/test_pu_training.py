@@ -66,7 +66,7 @@ def test_fedavg_round_with_the_fedpu_loss_matches_hand_computation(tff_context):
                                  pu_risk.cross_client_weights(POSITIVES, PRIORS, C, k))
     datasets.append(tf.data.Dataset.from_tensor_slices((x, targets)).batch(len(x)))
   config = FederatedConfig(client_learning_rate=0.3, server_optimizer="sgd",
-                           server_learning_rate=1.0)
+                           server_learning_rate=1.0, client_shards=0)
   process = fedavg.build_learning_process(linear_model_fn, config)
   output = process.next(process.initialize(), datasets)
   kernel, bias = process.get_model_weights(output.state).trainable

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fed_retrieval.algorithms import client_shards
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.evaluation import recall_metrics
 from fed_retrieval.models import dual_encoder
@@ -66,8 +67,11 @@ def build_learning_process(model_fn: ModelFn, config
                            ) -> tff.learning.templates.LearningProcess:
   """FedAvg (weighted by examples) or FedSGD with the optimizers of `config`
   (`algorithm`, `client_optimizer`, `client_learning_rate`, `server_optimizer`,
-  `server_learning_rate`, `server_epsilon`: a `federated_loop.FederatedConfig`,
-  its client learning rate resolved)."""
+  `server_learning_rate`, `server_epsilon`, `client_shards`: a
+  `federated_loop.FederatedConfig`, its client learning rate resolved). With
+  `client_shards`, FedAvg's `next` takes shards of clients
+  (`client_shards.build_sharded_fed_avg`); FedSGD always takes one dataset
+  per client."""
   config = config.resolved()
   server_optimizer = optimizers.tff_optimizer(
       config.server_optimizer, config.server_learning_rate, "server_optimizer",
@@ -78,6 +82,9 @@ def build_learning_process(model_fn: ModelFn, config
         loop_implementation=CLIENT_LOOP)
   client_optimizer = optimizers.tff_optimizer(
       config.client_optimizer, config.client_learning_rate, "client_optimizer")
+  if config.client_shards:
+    return client_shards.build_sharded_fed_avg(model_fn, client_optimizer,
+                                               server_optimizer)
   return tff.learning.algorithms.build_weighted_fed_avg(
       model_fn, client_optimizer_fn=client_optimizer,
       server_optimizer_fn=server_optimizer, loop_implementation=CLIENT_LOOP)

@@ -57,6 +57,12 @@ CLIENT_SAMPLING = flags.DEFINE_enum(
     "is picked in proportion to its examples over those it trains on in a round "
     "(--max_local_steps cuts heavy clients), so every example is as likely to "
     "be trained on, as centrally; uniform without a cap.")
+CLIENT_SHARDS = flags.DEFINE_integer(
+    "client_shards", None,
+    "FedAvg (MovieLens, PU): train a round's clients in this many TFF client "
+    "calls, each a shard of clients trained one after another (the same "
+    "average; far less TFF overhead per client); 0: one call per client, as "
+    f"FedSGD always does (default {_DEFAULTS.client_shards}).")
 LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs,
                                     "Passes over its data a client makes per round.")
 MAX_LOCAL_STEPS = flags.DEFINE_integer(
@@ -141,7 +147,7 @@ MIN_DELTA = flags.DEFINE_float(
 
 # What --help lists (`scripts.cli.run(help_groups=...)`).
 FEDERATED_FLAGS = ("Federated training", None, (
-    ALGORITHM, ROUNDS, CLIENTS_PER_ROUND, CLIENT_SAMPLING, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER,
+    ALGORITHM, ROUNDS, CLIENTS_PER_ROUND, CLIENT_SAMPLING, CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER,
     CLIENT_LEARNING_RATE, SERVER_OPTIMIZER, SERVER_LEARNING_RATE, SERVER_EPSILON, EVAL_EVERY,
     CHECKPOINT_EVERY, PATIENCE, MIN_DELTA, SMOOTHING, MAX_WORKER_RESTARTS))
 FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", None, (NUM_NEGATIVES, LOG_Q, ROW_MEAN))
@@ -164,6 +170,7 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       max_local_steps=_max_local_steps(_DEFAULTS.max_local_steps),
       client_sampling=CLIENT_SAMPLING.value,
+      client_shards=_or(CLIENT_SHARDS.value, _DEFAULTS.client_shards),
       batch_size=model_flags.BATCH_SIZE.value,
       client_optimizer=CLIENT_OPTIMIZER.value,
       client_learning_rate=CLIENT_LEARNING_RATE.value,
@@ -203,6 +210,9 @@ def fedss_config_from_flags(algorithm: str = "fedss") -> FedSSConfig:
 
 def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
   """The XC run the flags describe (both families' settings; --algorithm picks)."""
+  if flags.FLAGS[CLIENT_SHARDS.name].present:
+    raise ValueError("--client_shards is for FedAvg (MovieLens, PU): the XC "
+                     "algorithms' server answers each client with its own rows")
   fedaws_config = FedAwSConfig(
       hinge_margin=_or(model_flags.MARGIN.value, _XC_DEFAULTS.hinge_margin),
       spreadout=SPREADOUT.value,
@@ -243,6 +253,7 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       local_epochs=given(LOCAL_EPOCHS, loop.local_epochs),
       max_local_steps=_max_local_steps(loop.max_local_steps),
       client_sampling=given(CLIENT_SAMPLING, loop.client_sampling),
+      client_shards=_or(CLIENT_SHARDS.value, loop.client_shards),
       batch_size=given(model_flags.BATCH_SIZE, loop.batch_size),
       client_optimizer=given(CLIENT_OPTIMIZER, loop.client_optimizer),
       **_optimization_from_flags(loop),

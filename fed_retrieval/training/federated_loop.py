@@ -92,6 +92,7 @@ class FederatedConfig:
   local_epochs: int = 1
   max_local_steps: Optional[int] = 20
   client_sampling: Optional[str] = None  # None: uniform (runs made before it).
+  client_shards: int = 2
   batch_size: int = 16
   client_optimizer: str = "sgd"
   client_learning_rate: Optional[float] = None
@@ -127,6 +128,8 @@ def check_loop_settings(config) -> None:
                "eval_every", "checkpoint_every"):
     if getattr(config, name) < 1:
       raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
+  if getattr(config, "client_shards", 0) < 0:  # XC run configs have none.
+    raise ValueError(f"--client_shards must be >= 0, got {config.client_shards}")
   if config.max_local_steps is not None and config.max_local_steps < 1:
     raise ValueError(f"--max_local_steps must be >= 1, got {config.max_local_steps}")
   client_sampling.check_client_sampling(config.client_sampling)
@@ -144,11 +147,21 @@ def _client_seed(seed: int, round_num: int, index: int) -> int:
 
 
 def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
-                   config: FederatedConfig, round_num: int) -> List[tf.data.Dataset]:
-  return [data.training_dataset(client, config.batch_size, config.local_epochs,
-                                _client_seed(config.seed, round_num, i),
-                                config.max_local_steps)
-          for i, client in enumerate(clients)]
+                   config, round_num: int) -> List[tf.data.Dataset]:
+  """What a round's `next` takes: a dataset per client, or with
+  `client_shards` (FedAvg) that many shard datasets of consecutive clients.
+  Client i of the round trains on the same batches either way."""
+  seeds = [_client_seed(config.seed, round_num, i) for i in range(len(clients))]
+  # XC run configs have no shards: their processes answer each client.
+  shards = getattr(config, "client_shards", 0) if config.algorithm == "fedavg" else 0
+  if not shards:
+    return [data.training_dataset(client, config.batch_size, config.local_epochs,
+                                  seed, config.max_local_steps)
+            for client, seed in zip(clients, seeds)]
+  bounds = np.linspace(0, len(clients), min(shards, len(clients)) + 1).round()
+  return [data.shard_dataset(clients[a:b], config.batch_size, config.local_epochs,
+                             seeds[a:b], config.max_local_steps)
+          for a, b in zip(bounds[:-1].astype(int), bounds[1:].astype(int))]
 
 
 def _history_through(metrics_path: str, round_num: int,
