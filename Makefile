@@ -101,9 +101,14 @@ bazel:
 test: $(STAMP) bazel
 	$(PY) -m pytest -n $(PYTEST_WORKERS) tests
 
+# Examples/s of every algorithm against centralized Keras and a tight loop:
+# MovieLens BS, H+S, GS under FedAvg and FedSGD; XC FedAwS and FedSS; the PU CNN.
 benchmark: $(STAMP)
-	$(PY) -m scripts.benchmark --synthetic=ml1m --loss=global_softmax
-	$(PY) -m scripts.benchmark --synthetic=ml1m --loss=batch_softmax
+	mkdir -p runs
+	$(PY) -m scripts.benchmark --synthetic=ml1m --output=runs/benchmark_movielens.json
+	$(PY) -m scripts.benchmark --task=xc --synthetic_xc=xc_small \
+	    --output=runs/benchmark_xc.json
+	$(PY) -m scripts.benchmark --task=pu --pu_data=digits --output=runs/benchmark_pu.json
 
 # FedAwS's and FedSS's round at 10k, 100k and 670k classes (Amazon-670K's features),
 # and at 100k the contrasts: FedSS with the whole bag, full softmax.

@@ -1,71 +1,96 @@
-r"""Throughput of the federated simulation and centralized Keras vs a tight loop.
+r"""Throughput of every federated algorithm and of centralized Keras against a tight loop.
 
-  python -m scripts.benchmark --synthetic=ml1m --loss=batch_softmax
-Prints one JSON object: federated_examples_per_sec, centralized_examples_per_sec,
-ratio (federated / centralized), tight_loop_examples_per_sec (plain SGD steps
-in a tf.function over batches in memory: the reference),
-federated_fraction_of_tight_loop, centralized_fraction_of_tight_loop,
-seconds_per_round, federated_memory (peak RSS of the process tree, the TFF
-worker included, during the federated rounds) and details.
+  python -m scripts.benchmark --synthetic=ml1m \
+      [--losses=batch_softmax,hinge_spreadout,global_softmax] [--algorithms=fedavg,fedsgd]
+  python -m scripts.benchmark --task=xc --synthetic_xc=xc_small --algorithms=fedaws,fedss
+  python -m scripts.benchmark --task=pu --pu_data=digits
+  python -m scripts.benchmark --task=pu --pu_data=mnist --mnist_path=DIR
+For each workload (an algorithm on the task, with the federated flags given):
+federated examples/s over --timed_rounds rounds after a warm-up round,
+centralized Keras `fit` on the same clients' pooled examples (the best of
+--steps_per_execution), a tight loop (SGD steps of the same model and loss
+over batches in memory, the best of with and without XLA), the fractions of
+the tight loop, seconds a round and the peak memory of the process tree (the
+TFF worker included). Prints a markdown table, then the JSON report; --output
+writes the JSON.
 """
 
+import dataclasses
 import json
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
+from fed_retrieval.algorithms import fedavg
 from fed_retrieval.models import model_flags
 from fed_retrieval.reports import throughput
-from fed_retrieval.training.federated_loop import FederatedConfig
+from fed_retrieval.training import federated_flags
+from fed_retrieval.training import run_directory
+from losses import pu_risk
 from losses import registry
 from tasks import task_flags
 from tasks.movielens import movielens_task
+from tasks.pu import pu_task
+from tasks.xc import xc_task
 
-_ROUNDS = flags.DEFINE_integer("rounds", 5, "Timed federated rounds (after one warm-up).")
-_CLIENTS_PER_ROUND = flags.DEFINE_integer("clients_per_round", 100, "Clients per round.")
+_TIMED_ROUNDS = flags.DEFINE_integer("timed_rounds", 5,
+                                     "Timed federated rounds (after one warm-up).")
 _STEPS_PER_EXECUTION = flags.DEFINE_list(
     "steps_per_execution", ["1", "100"],
     "Keras steps_per_execution values tried for centralized; the best counts.")
+_LOSSES = flags.DEFINE_list(
+    "losses", ["batch_softmax", "hinge_spreadout", "global_softmax"],
+    "MovieLens: the losses measured.")
+_ALGORITHMS = flags.DEFINE_list(
+    "algorithms", None,
+    "The algorithms measured (MovieLens default fedavg,fedsgd; --task=xc "
+    "default fedaws,fedss).")
+_PU_METHOD = flags.DEFINE_enum(
+    "pu_method", "fedpu", list(pu_risk.METHODS),
+    "--task=pu: the method measured (every method trains the same CNN).")
+_OUTPUT = flags.DEFINE_string("output", None, "Also write the JSON report here.")
+
+
+def workloads():
+  """The workloads the flags ask for."""
+  if task_flags.TASK.value == "xc":
+    task = xc_task.build_xc_task(task_flags.xc_task_config_from_flags())
+    config = federated_flags.xc_federated_config_from_flags()
+    return [throughput.xc_workload(task, dataclasses.replace(config, algorithm=a))
+            for a in _ALGORITHMS.value or ["fedaws", "fedss"]]
+  if task_flags.TASK.value == "pu":
+    task = pu_task.build_pu_task(task_flags.pu_task_config_from_flags())
+    return [throughput.pu_workload(
+        task, federated_flags.pu_federated_config_from_flags(_PU_METHOD.value))]
+  task = movielens_task.build_task(task_flags.task_config_from_flags())
+  algorithms = _ALGORITHMS.value or list(fedavg.ALGORITHMS)
+  for name in _LOSSES.value:
+    registry.base_loss_name(name)  # Names the flag on a typo.
+  for name in algorithms:
+    if name not in fedavg.ALGORITHMS:
+      raise ValueError(f"--algorithms: MovieLens takes {', '.join(fedavg.ALGORITHMS)}, "
+                       f"got '{name}'")
+  config = federated_flags.federated_config_from_flags(_LOSSES.value[0])
+  return [throughput.movielens_workload(task, loss, algorithm, config)
+          for loss in _LOSSES.value for algorithm in algorithms]
 
 
 def main(argv) -> None:
   del argv
-  task = movielens_task.build_task(task_flags.task_config_from_flags())
-  loss = model_flags.LOSS.value
-  config = FederatedConfig(objective=registry.ObjectiveConfig(loss),
-                           clients_per_round=_CLIENTS_PER_ROUND.value,
-                           batch_size=model_flags.BATCH_SIZE.value,
-                           seed=model_flags.SEED.value)
-  federated = throughput.federated_throughput(task, config, _ROUNDS.value)
-  num_examples = int(federated["examples_per_round"] * _ROUNDS.value)
-  centralized = {
-      int(s): throughput.centralized_throughput(
-          task, loss, config.batch_size, num_examples, int(s))
-      ["centralized_examples_per_sec"]
-      for s in _STEPS_PER_EXECUTION.value}
-  tight = {f"xla={jit}": throughput.tight_loop_throughput(
-      task, loss, config.batch_size, num_examples, jit) for jit in (False, True)}
-  best_centralized = max(centralized.values())
-  best_tight = max(tight.values())
-  federated_rate = federated["federated_examples_per_sec"]
-  print(json.dumps({
-      "loss": loss,
-      "federated_examples_per_sec": round(federated_rate, 1),
-      "centralized_examples_per_sec": round(best_centralized, 1),
-      "ratio": round(federated_rate / best_centralized, 3),
-      "tight_loop_examples_per_sec": round(best_tight, 1),
-      "federated_fraction_of_tight_loop": round(federated_rate / best_tight, 3),
-      "centralized_fraction_of_tight_loop": round(best_centralized / best_tight, 3),
-      "seconds_per_round": round(federated["seconds_per_round"], 3),
-      "examples_per_round": round(federated["examples_per_round"], 1),
-      "centralized_by_steps_per_execution": {k: round(v, 1)
-                                             for k, v in centralized.items()},
-      "tight_loop_by_xla": {k: round(v, 1) for k, v in tight.items()},
-      # The federated rounds' process tree: Python and the TFF worker.
-      "federated_memory": federated["memory"],
-  }, indent=2))
+  try:
+    spe = [int(s) for s in _STEPS_PER_EXECUTION.value]
+  except ValueError as e:
+    raise ValueError(f"--steps_per_execution: {e}") from e
+  rows = [throughput.measure(w, _TIMED_ROUNDS.value, spe) for w in workloads()]
+  report = throughput.report(rows)
+  print(throughput.markdown_table(rows))
+  print(json.dumps(report, indent=2))
+  if _OUTPUT.value:
+    run_directory.write_json(_OUTPUT.value, report)
 
 
 if __name__ == "__main__":
-  cli.run(main, help_groups=[task_flags.MOVIELENS_FLAGS, ("Model", None, (
-      model_flags.LOSS, model_flags.BATCH_SIZE, model_flags.SEED))])
+  cli.run(main, help_groups=[
+      *task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS, *federated_flags.ALL_FLAGS,
+      ("Benchmark", None, (_TIMED_ROUNDS, _STEPS_PER_EXECUTION, _LOSSES, _ALGORITHMS,
+                           _PU_METHOD, _OUTPUT))])

@@ -58,6 +58,26 @@ def test_centralized_dataset_covers_every_example_once():
                                                  shuffle_seed=0).as_numpy_iterator())
   assert [len(labels) for _, labels in batches] == [4, 2]
   assert sorted(np.concatenate([l for _, l in batches])) == list(range(10, 16))
+  for contexts, labels in batches:  # Rows stay together.
+    np.testing.assert_array_equal(contexts[:, 0], 2 * (labels - 10))
+  in_order = client_data.centralized_dataset(make_examples(), batch_size=4)
+  assert [list(l) for _, l in in_order.as_numpy_iterator()] == [[10, 11, 12, 13],
+                                                                [14, 15]]
+
+
+def test_shuffled_batches_reshuffle_each_pass_and_repeat_by_seed():
+  arrays = (np.arange(20).reshape(10, 2), np.arange(10))
+  forever = client_data.shuffled_batches(arrays, 3, shuffle_seed=5, epochs=None)
+  passes = [np.concatenate([l for _, l in forever.skip(4 * p).take(4)
+                            .as_numpy_iterator()]) for p in range(3)]
+  assert all(sorted(p) == list(range(10)) for p in passes)  # 3 + 3 + 3 + 1 a pass.
+  assert not np.array_equal(passes[0], passes[1])
+  two = np.concatenate([l for _, l in client_data.shuffled_batches(
+      arrays, 3, shuffle_seed=5, epochs=2).as_numpy_iterator()])
+  np.testing.assert_array_equal(two, np.concatenate(passes[:2]))
+  other_seed = np.concatenate([l for _, l in client_data.shuffled_batches(
+      arrays, 3, shuffle_seed=6, epochs=1).as_numpy_iterator()])
+  assert not np.array_equal(other_seed, passes[0])
 
 
 def test_a_shard_holds_its_clients_batches_in_turn_each_first_one_marked():

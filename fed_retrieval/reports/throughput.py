@@ -1,59 +1,83 @@
-"""Training throughput of the federated simulation, of centralized Keras, and
-of the machine's reference: a tight `tf.function` loop.
+"""Training throughput of every federated algorithm, of centralized Keras on
+the same examples, and of the machine's reference: a tight `tf.function` loop.
 
-All three train the same dual encoder with the same loss and batch size on the
-same training users' examples; the figures are examples per second of training
-after one warm-up (tracing, worker start-up) run. The tight loop (SGD steps
-over batches already in memory, one `tf.function` per chunk of steps, with
-and without XLA, the faster counting) is what this model costs on this
-machine with no input pipeline or framework overhead: the other two are
-reported as fractions of it.
+A `Workload` is one algorithm on one task: its process and clients (as the
+run loop drives them), and the Keras model and loss that train centrally on
+the pooled examples of the same clients. For each it measures, in examples
+per second of training after a warm-up (tracing, the worker's start):
+- federated: `rounds` rounds of `clients_per_round` sampled clients, with the
+  peak memory of the process tree (this process and the TFF worker);
+- centralized: Keras `fit` over the pooled examples, the best of several
+  `steps_per_execution`;
+- tight loop: SGD steps of the same model and loss over batches already in
+  memory, one `tf.function` per chunk of steps, with and without XLA, the
+  faster counting: what the model costs here with no input pipeline or
+  framework around it. The other two are reported as fractions of it.
+For FedAwS and FedSS the centralized model and the tight loop are the full
+classifier (every class's score for every point), which a client does not
+compute: their fractions can pass 1.
 """
 
+import dataclasses
 import math
 import time
-from typing import Dict
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import optimizers
+from fed_retrieval.algorithms import sub_model
 from fed_retrieval.models import dual_encoder
+from fed_retrieval.models import image_classifier
+from fed_retrieval.models import xc_encoder
 from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import client_sampling
 from fed_retrieval.training import federated_loop
+from fed_retrieval.training import pu_training
+from fed_retrieval.training import xc_training
 from fed_retrieval.training.federated_loop import FederatedConfig
 from losses import registry
 from tasks import client_data
 from tasks.movielens.movielens_task import MovieLensTask
+from tasks.pu.pu_task import PUTask
+from tasks.xc.xc_task import XCTask
+
+# The centralized and tight-loop SGD rate (the figures do not depend on it).
+LEARNING_RATE = 0.01
 
 
-def federated_throughput(task: MovieLensTask, config: FederatedConfig,
-                         rounds: int) -> Dict[str, float]:
-  """Examples/s and seconds/round of `rounds` timed rounds after a warm-up
-  round, and the peak memory of the process tree (this process and the TFF
-  worker) meanwhile.
+@dataclasses.dataclass
+class Workload:
+  """One algorithm on one task, as the benchmark measures it. `loop` gives the
+  round's settings (clients_per_round, batch_size, local_epochs,
+  max_local_steps, client_sampling, client_shards, algorithm, seed)."""
+  name: str
+  build_process: Callable[[], sub_model.Process]
+  clients: client_data.ClientDatasets
+  loop: Any
+  build_model: Callable[[], tf.keras.Model]  # What trains centrally, uncompiled.
+  loss: tf.keras.losses.Loss
 
-  The worker is stopped afterwards, so it cannot compete with what runs next.
-  """
+
+def federated_rate(workload: Workload, rounds: int) -> Dict[str, Any]:
+  """Examples/s and seconds a round over `rounds` timed rounds after a warm-up
+  round, and the process tree's peak memory meanwhile. The worker is stopped
+  afterwards, so it cannot compete with what runs next."""
+  loop = workload.loop
   with tff_runtime.local_execution_context(), \
        process_memory.ProcessTreePeak() as peak:
-    model_config = federated_loop.model_config_for(task, config, 16)
-    process = fedavg.build_learning_process(
-        fedavg.retrieval_model_fn(model_config, config.objective),
-        config)
-    data = client_data.ClientDatasets.from_examples(
-        task.federated_train, config.objective.build().candidates == "batch")
-    sampler = client_sampling.sampler_for(data, config)
+    process = workload.build_process()
+    sampler = client_sampling.sampler_for(workload.clients, loop)
     state = process.initialize()
     examples, seconds = 0, 0.0
     for round_num in range(rounds + 1):
-      clients = sampler.sample(config.clients_per_round, config.seed, round_num)
+      clients = sampler.sample(loop.clients_per_round, loop.seed, round_num)
       start = time.perf_counter()
       output = process.next(state, federated_loop.round_datasets(
-          data, clients, config, round_num))
+          workload.clients, clients, loop, round_num))
       elapsed = time.perf_counter() - start
       state = output.state
       if round_num > 0:  # Round 0 warms up.
@@ -62,57 +86,41 @@ def federated_throughput(task: MovieLensTask, config: FederatedConfig,
   return {"federated_examples_per_sec": examples / seconds,
           "seconds_per_round": seconds / rounds,
           "examples_per_round": examples / rounds,
-          "memory": peak.report()}
+          "federated_memory": peak.report()}
 
 
-def _objective_and_model(task: MovieLensTask, loss: str):
-  """The default objective of `loss` and a fresh dual encoder for it, as
-  training sees it (`dual_encoder.training_model`)."""
-  objective = registry.objective(loss)
-  config = dual_encoder.DualEncoderConfig(task.vocabulary_size,
-                                          task.config.max_context_length,
-                                          spreadout=objective.spreadout)
-  return objective, dual_encoder.training_model(
-      dual_encoder.build_dual_encoder(config, seed=0), objective.candidates)
-
-
-def centralized_throughput(task: MovieLensTask, loss: str, batch_size: int,
-                           num_examples: int, steps_per_execution: int,
-                           learning_rate: float = 0.01) -> Dict[str, float]:
-  """Examples/s of Keras `fit` over `num_examples` after a warm-up epoch."""
-  objective, model = _objective_and_model(task, loss)
-  model.compile(optimizer=optimizers.keras_optimizer("sgd", learning_rate),
-                loss=objective.loss, steps_per_execution=steps_per_execution)
-  dataset = client_data.centralized_dataset(
-      task.federated_train, batch_size, shuffle_seed=0,
-      positives_as_input=objective.candidates == "batch").repeat()
+def centralized_rate(workload: Workload, num_examples: int,
+                     steps_per_execution: int) -> float:
+  """Examples/s of Keras `fit` (SGD) over the pooled examples after a warm-up."""
+  batch_size = workload.loop.batch_size
+  model = workload.build_model()
+  model.compile(optimizer=optimizers.keras_optimizer("sgd", LEARNING_RATE),
+                loss=workload.loss, steps_per_execution=steps_per_execution)
+  dataset = client_data.shuffled_batches(workload.clients.pooled(), batch_size,
+                                         shuffle_seed=0, epochs=None)
   steps = math.ceil(num_examples / batch_size)
   model.fit(dataset, steps_per_epoch=steps_per_execution, epochs=1, verbose=0)
   start = time.perf_counter()
   model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
-  return {"centralized_examples_per_sec": steps * batch_size /
-                                          (time.perf_counter() - start)}
+  return steps * batch_size / (time.perf_counter() - start)
 
 
-def tight_loop_throughput(task: MovieLensTask, loss: str, batch_size: int,
-                          num_examples: int, jit_compile: bool,
-                          learning_rate: float = 0.01) -> float:
-  """Examples/s of plain SGD steps over pre-batched tensors, after a warm-up."""
-  objective, model = _objective_and_model(task, loss)
-  optimizer = tf.keras.optimizers.SGD(learning_rate)
-  examples = task.federated_train
-  steps = max(1, min(num_examples, len(examples)) // batch_size)
-  order = np.random.default_rng(0).permutation(len(examples))[:steps * batch_size]
-  contexts = tf.constant(examples.contexts[order].astype(np.int32).reshape(
-      steps, batch_size, -1))
-  labels = tf.constant(examples.labels[order].astype(np.int32).reshape(
-      steps, batch_size))
+def tight_loop_rate(workload: Workload, num_examples: int, jit_compile: bool) -> float:
+  """Examples/s of plain SGD steps over batches already in memory."""
+  batch_size = workload.loop.batch_size
+  model = workload.build_model()
+  optimizer = tf.keras.optimizers.SGD(LEARNING_RATE)
+  inputs, labels = workload.clients.pooled()
+  steps = max(1, min(num_examples, len(labels)) // batch_size)
+  order = np.random.default_rng(0).permutation(len(labels))[:steps * batch_size]
+  stacked = lambda a: tf.constant(a[order].reshape((steps, batch_size) + a.shape[1:]))
+  inputs, labels = tf.nest.map_structure(stacked, (inputs, labels))
 
   @tf.function(jit_compile=jit_compile)
-  def train_step(context, label):
-    inputs = (context, label) if objective.candidates == "batch" else context
+  def train_step(batch_inputs, batch_labels):
     with tf.GradientTape() as tape:
-      loss_value = tf.reduce_mean(objective.loss(label, model(inputs, training=True)))
+      loss_value = tf.reduce_mean(workload.loss(batch_labels,
+                                                model(batch_inputs, training=True)))
       loss_value += tf.add_n(model.losses) if model.losses else 0.0
     gradients = tape.gradient(loss_value, model.trainable_variables)
     optimizer.apply_gradients(zip(gradients, model.trainable_variables))
@@ -120,10 +128,107 @@ def tight_loop_throughput(task: MovieLensTask, loss: str, batch_size: int,
   @tf.function
   def train(first: tf.Tensor, last: tf.Tensor) -> None:
     for step in tf.range(first, last):
-      train_step(contexts[step], labels[step])
+      train_step(tf.nest.map_structure(lambda t: t[step], inputs), labels[step])
 
-  warm_up = min(steps, 50)
-  train(tf.constant(0), tf.constant(warm_up))
+  train(tf.constant(0), tf.constant(min(steps, 50)))
   start = time.perf_counter()
   train(tf.constant(0), tf.constant(steps))
   return steps * batch_size / (time.perf_counter() - start)
+
+
+def measure(workload: Workload, rounds: int,
+            steps_per_execution: Sequence[int] = (1, 100)) -> Dict[str, Any]:
+  """The benchmark's row of one workload (as many examples in every setting
+  as its timed federated rounds trained on)."""
+  federated = federated_rate(workload, rounds)
+  num_examples = int(federated["examples_per_round"] * rounds)
+  centralized = {s: centralized_rate(workload, num_examples, s)
+                 for s in steps_per_execution}
+  tight = {f"xla={jit}": tight_loop_rate(workload, num_examples, jit)
+           for jit in (False, True)}
+  best_tight = max(tight.values())
+  federated_rate_value = federated["federated_examples_per_sec"]
+  best_centralized = max(centralized.values())
+  return {
+      "workload": workload.name,
+      "federated_examples_per_sec": round(federated_rate_value, 1),
+      "centralized_examples_per_sec": round(best_centralized, 1),
+      "tight_loop_examples_per_sec": round(best_tight, 1),
+      "federated_fraction_of_tight_loop": round(federated_rate_value / best_tight, 3),
+      "centralized_fraction_of_tight_loop": round(best_centralized / best_tight, 3),
+      "seconds_per_round": round(federated["seconds_per_round"], 3),
+      "examples_per_round": round(federated["examples_per_round"], 1),
+      "centralized_by_steps_per_execution": {str(k): round(v, 1)
+                                             for k, v in centralized.items()},
+      "tight_loop_by_xla": {k: round(v, 1) for k, v in tight.items()},
+      "federated_memory": federated["federated_memory"],
+  }
+
+
+def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
+  lines = ["| workload | federated ex/s | centralized ex/s | tight loop ex/s | "
+           "federated / tight | centralized / tight | s a round | tree peak GB |",
+           "|" + "---|" * 8]
+  for row in rows:
+    lines.append(
+        f"| {row['workload']} | {row['federated_examples_per_sec']:,.0f} | "
+        f"{row['centralized_examples_per_sec']:,.0f} | "
+        f"{row['tight_loop_examples_per_sec']:,.0f} | "
+        f"{row['federated_fraction_of_tight_loop']:.2f} | "
+        f"{row['centralized_fraction_of_tight_loop']:.2f} | "
+        f"{row['seconds_per_round']:.2f} | "
+        f"{row['federated_memory']['peak_rss_mb'] / 1e3:.2f} |")
+  return "\n".join(lines) + "\n"
+
+
+def movielens_workload(task: MovieLensTask, loss: str, algorithm: str,
+                       config: FederatedConfig) -> Workload:
+  """The dual encoder with `loss` under FedAvg or FedSGD (`config`'s other
+  settings), and centrally the model the loss trains (`training_model`)."""
+  config = dataclasses.replace(config, objective=registry.ObjectiveConfig(loss),
+                               algorithm=algorithm).resolved()
+  objective = config.objective.build()
+  model_config = federated_loop.model_config_for(task, config, 16)
+  return Workload(
+      name=f"movielens {loss} {algorithm}",
+      build_process=lambda: fedavg.build_learning_process(
+          fedavg.retrieval_model_fn(model_config, config.objective), config),
+      clients=client_data.ClientDatasets.from_examples(
+          task.federated_train, objective.candidates == "batch"),
+      loop=config,
+      build_model=lambda: dual_encoder.training_model(
+          dual_encoder.build_dual_encoder(model_config, seed=0), objective.candidates),
+      loss=objective.loss)
+
+
+def xc_workload(task: XCTask, config: xc_training.XCFederatedConfig) -> Workload:
+  """FedAwS, FedSS or a baseline (`config.algorithm`), and centrally the full
+  classifier with softmax over every class."""
+  model_config = xc_training.model_config_for(task, config)
+  return Workload(
+      name=f"xc {config.algorithm}",
+      build_process=lambda: xc_training.build_process(task, model_config, config),
+      clients=task.clients, loop=config,
+      build_model=lambda: xc_encoder.build_xc_classifier(model_config, config.seed),
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+def pu_workload(task: PUTask, config: pu_training.PUFederatedConfig) -> Workload:
+  """A PU method's FedAvg of the CNN, and centrally the CNN on the same risk."""
+  model_config = pu_training.model_config_for(task, config)
+  return Workload(
+      name=f"pu {config.method} cnn",
+      build_process=lambda: fedavg.build_learning_process(
+          pu_training.pu_model_fn(model_config, config), config.federated),
+      clients=task.client_datasets(config.method), loop=config.federated,
+      build_model=lambda: image_classifier.build_image_classifier(model_config),
+      loss=config.loss())
+
+
+def report(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+  """The JSON report: every row, and the smallest fractions of the tight loop."""
+  return {"rows": rows,
+          "min_federated_fraction_of_tight_loop": min(
+              r["federated_fraction_of_tight_loop"] for r in rows),
+          "min_centralized_fraction_of_tight_loop": min(
+              r["centralized_fraction_of_tight_loop"] for r in rows)}

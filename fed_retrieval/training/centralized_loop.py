@@ -290,8 +290,8 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
       training_model=lambda model: dual_encoder.training_model(model,
                                                                objective.candidates),
       train_data=lambda: client_data.centralized_dataset(
-          train, config.batch_size, shuffle_seed=config.seed, epochs=1,
-          positives_as_input=positives_as_input).repeat(),
+          train, config.batch_size, shuffle_seed=config.seed, epochs=None,
+          positives_as_input=positives_as_input),
       num_examples=len(train),
       evaluate=lambda model, split: retrieval_evaluation.evaluate(
           model, splits[split], config.ks, config.batch_size),

@@ -249,10 +249,8 @@ def train_xc_centralized(task: XCTask, federated: XCFederatedConfig,
   setting = CENTRALIZED_SETTINGS[config.label_assignment]
 
   def train_data() -> tf.data.Dataset:
-    examples = tf.data.Dataset.from_tensor_slices((inputs, labels.astype(np.int32)))
-    return client_data.batch_for_training(
-        examples, config.batch_size, shuffle_seed=config.seed,
-        shuffle_buffer=len(labels)).repeat()
+    return client_data.shuffled_batches((inputs, labels.astype(np.int32)),
+                                        config.batch_size, config.seed, epochs=None)
 
   job = centralized_loop.CentralizedJob(
       name=setting, run_config=_run_config(task, model_config, config),
