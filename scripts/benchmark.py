@@ -5,6 +5,8 @@ r"""Throughput of every federated algorithm and of centralized Keras against a t
   python -m scripts.benchmark --task=xc --synthetic_xc=xc_small --algorithms=fedaws,fedss
   python -m scripts.benchmark --task=pu --pu_data=digits
   python -m scripts.benchmark --task=pu --pu_data=mnist --mnist_path=DIR
+  python -m scripts.benchmark --task=pu --pu_data=mnist --mnist_path=/tmp/mnist10k \
+      --mnist_shaped=10000
 For each workload (an algorithm on the task, with the federated flags given):
 federated examples/s over --timed_rounds rounds after a warm-up round,
 centralized Keras `fit` on the same clients' pooled examples (the best of
@@ -17,6 +19,7 @@ writes the JSON.
 
 import dataclasses
 import json
+import os
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
@@ -30,6 +33,7 @@ from losses import pu_risk
 from losses import registry
 from tasks import task_flags
 from tasks.movielens import movielens_task
+from tasks.pu import image_io
 from tasks.pu import pu_task
 from tasks.xc import xc_task
 
@@ -48,6 +52,11 @@ _ALGORITHMS = flags.DEFINE_list(
 _PU_METHOD = flags.DEFINE_enum(
     "pu_method", "fedpu", list(pu_risk.METHODS),
     "--task=pu: the method measured (every method trains the same CNN).")
+_MNIST_SHAPED = flags.DEFINE_integer(
+    "mnist_shaped", 0,
+    "--task=pu: first write this many random 28x28 images in MNIST's IDX files "
+    "(t10k up to 10,000, the rest as train) into --mnist_path, a new directory, "
+    "and measure on them (--pu_data=mnist): MNIST's cost without its files.")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the JSON report here.")
 
 
@@ -59,6 +68,8 @@ def workloads():
     return [throughput.xc_workload(task, dataclasses.replace(config, algorithm=a))
             for a in _ALGORITHMS.value or ["fedaws", "fedss"]]
   if task_flags.TASK.value == "pu":
+    if _MNIST_SHAPED.value:
+      write_mnist_shaped(_MNIST_SHAPED.value)
     task = pu_task.build_pu_task(task_flags.pu_task_config_from_flags())
     return [throughput.pu_workload(
         task, federated_flags.pu_federated_config_from_flags(_PU_METHOD.value))]
@@ -73,6 +84,17 @@ def workloads():
   config = federated_flags.federated_config_from_flags(_LOSSES.value[0])
   return [throughput.movielens_workload(task, loss, algorithm, config)
           for loss in _LOSSES.value for algorithm in algorithms]
+
+
+def write_mnist_shaped(num_images: int) -> None:
+  """MNIST-shaped files in --mnist_path, which must be new or empty."""
+  directory = flags.FLAGS.mnist_path
+  if flags.FLAGS.pu_data != "mnist" or not directory:
+    raise ValueError("--mnist_shaped needs --pu_data=mnist and --mnist_path=<new directory>")
+  if os.path.isdir(directory) and os.listdir(directory):
+    raise ValueError(f"--mnist_path={directory}: not empty; --mnist_shaped writes "
+                     "its own files into a new directory")
+  image_io.write_mnist_shaped(directory, num_images)
 
 
 def main(argv) -> None:
@@ -93,4 +115,4 @@ if __name__ == "__main__":
   cli.run(main, help_groups=[
       *task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS, *federated_flags.ALL_FLAGS,
       ("Benchmark", None, (_TIMED_ROUNDS, _STEPS_PER_EXECUTION, _LOSSES, _ALGORITHMS,
-                           _PU_METHOD, _OUTPUT))])
+                           _PU_METHOD, _MNIST_SHAPED, _OUTPUT))])

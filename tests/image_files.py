@@ -11,6 +11,10 @@ from tasks.pu import image_io
 
 
 def write_idx(path: str, array: np.ndarray, magic: int = None, count: int = None) -> None:
+  """An IDX file; `magic` and `count` break its header on purpose."""
+  if magic is None and count is None:
+    image_io.write_idx(path, array)
+    return
   magic = magic if magic is not None else 0x800 | array.ndim
   shape = list(array.shape)
   if count is not None:

@@ -101,3 +101,14 @@ def test_digits_default():
   train, test = image_io.load_image_set("digits", None, seed=0)
   assert len(train) + len(test) == 1797 and train.images.shape[1:] == (8, 8, 1)
   assert 0 <= train.images.min() and train.images.max() <= 1
+
+
+@pytest.mark.parametrize("num_images,splits", [(30, {"test": 30}),
+                                               (10_050, {"test": 10_000, "train": 50})])
+def test_mnist_shaped_files_read_back_as_mnist(tmp_path, num_images, splits):
+  image_io.write_mnist_shaped(str(tmp_path), num_images, seed=3)
+  for split, count in splits.items():
+    images = image_io.read_idx_pair(str(tmp_path), split)
+    assert images.images.shape == (count, 28, 28, 1)
+    assert list(images.labels[:12]) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+  assert (image_io.read_idx_pair(str(tmp_path), "train") is None) == ("train" not in splits)

@@ -2,6 +2,7 @@
 FedPU against Baseline-1 on a small non-overlapping partition of digits."""
 
 import dataclasses
+import types
 
 import numpy as np
 import tensorflow as tf
@@ -96,3 +97,17 @@ def test_fedpu_beats_positive_only_without_overlap(tff_context, tmp_path):
   majority = pu_training.majority_class_baseline(task)["accuracy"]
   assert results["majority_class_baseline"]["accuracy"] == majority
   assert 0.05 < majority < 0.15  # Digits: ten classes of about equal size.
+
+
+def test_local_work_is_sized_to_the_clients_data():
+  config = pu_training.PUFederatedConfig()
+  small = types.SimpleNamespace(mean_client_points=lambda: 130.0)
+  large = types.SimpleNamespace(mean_client_points=lambda: 720.0)
+  digits = config.sized_to(small)
+  assert (digits.federated.batch_size, digits.federated.local_epochs) == (16, 5)
+  mnist = config.sized_to(large)
+  assert (mnist.federated.batch_size, mnist.federated.local_epochs) == (100, 1)
+  assert mnist.federated.rounds == config.federated.rounds
+  assert not mnist.size_local_work and mnist.sized_to(small) == mnist  # Resolved once.
+  given = dataclasses.replace(config, size_local_work=False)  # --batch_size given.
+  assert given.sized_to(large) == given

@@ -215,6 +215,7 @@ def xc_workload(task: XCTask, config: xc_training.XCFederatedConfig) -> Workload
 
 def pu_workload(task: PUTask, config: pu_training.PUFederatedConfig) -> Workload:
   """A PU method's FedAvg of the CNN, and centrally the CNN on the same risk."""
+  config = config.sized_to(task)
   model_config = pu_training.model_config_for(task, config)
   return Workload(
       name=f"pu {config.method} cnn",

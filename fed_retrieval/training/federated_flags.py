@@ -261,6 +261,9 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       checkpoint_every=given(CHECKPOINT_EVERY, loop.checkpoint_every),
       patience=given(PATIENCE, loop.patience), min_delta=MIN_DELTA.value,
       smoothing=_or(SMOOTHING.value, loop.smoothing), seed=model_flags.SEED.value)
+  local_work_given = any(flags.FLAGS[h.name].present
+                         for h in (model_flags.BATCH_SIZE, LOCAL_EPOCHS))
   return pu_training.PUFederatedConfig(
       method=method, surrogate=PU_SURROGATE.value, non_negative=NON_NEGATIVE.value,
-      conv_filters=conv_filters, dense_units=DENSE_UNITS.value, federated=federated)
+      conv_filters=conv_filters, dense_units=DENSE_UNITS.value, federated=federated,
+      size_local_work=not local_work_given)

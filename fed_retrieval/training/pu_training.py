@@ -25,16 +25,25 @@ from tasks import atomic_output
 from tasks.pu.pu_task import PUTask
 
 
+# Paper 001 trains one local epoch over batches of 100 on clients of 6,000 to
+# 30,000 MNIST images; from clients of this many points on, so does a run.
+PAPER_LOCAL_WORK = {"batch_size": 100, "local_epochs": 1}
+PAPER_CLIENT_POINTS = 500
+
+
 @dataclasses.dataclass(frozen=True)
 class PUFederatedConfig:
   """A PU run: the method, its risk's options, the CNN and FedAvg's settings
   (`federated` gives the optimizers and the loop; its `objective` is unused).
 
   Defaults (README, "FedPU"): the paper's FedAvg (server SGD 1.0) with every
-  client in every round, for a fixed 60 rounds; client SGD 0.05 over batches
-  of 16, 5 local epochs. Digits clients hold 130-430 points (the paper's
-  MNIST clients 6,000-30,000), so one epoch of the paper's batch of 100 would
-  be a few steps: too few for the client drift the paper's Baseline-1 suffers.
+  client in every round, for a fixed 60 rounds; client SGD 0.05. Local work
+  is sized to the clients' data (`sized_to`, unless `size_local_work` is
+  off, as when --batch_size or --local_epochs is given): clients of
+  `PAPER_CLIENT_POINTS` points or more on average (MNIST-sized data) take
+  the paper's one epoch over batches of 100; smaller ones (digits: 130-430
+  points, where an epoch of 100 would be a few steps, too few for the client
+  drift the paper's Baseline-1 suffers) five epochs over batches of 16.
   """
   method: str = "fedpu"
   surrogate: str = "probability"
@@ -46,12 +55,23 @@ class PUFederatedConfig:
       batch_size=16,
       client_learning_rate=0.05, server_optimizer="sgd", server_learning_rate=1.0,
       eval_every=5, checkpoint_every=10, patience=0)
+  size_local_work: bool = True
 
   def __post_init__(self):
     if self.method not in pu_risk.METHODS:
       raise ValueError(f"--methods: unknown method '{self.method}'; choose from "
                        f"{', '.join(pu_risk.METHODS)}")
     pu_risk.PURiskLoss(self.surrogate)  # Validates the surrogate.
+
+  def sized_to(self, task: PUTask) -> "PUFederatedConfig":
+    """This config with its local work sized to the task's clients (module
+    docstring): what a run records and trains with."""
+    if not self.size_local_work:
+      return self
+    loop = self.federated
+    if task.mean_client_points() >= PAPER_CLIENT_POINTS:
+      loop = dataclasses.replace(loop, **PAPER_LOCAL_WORK)
+    return dataclasses.replace(self, federated=loop, size_local_work=False)
 
   def loss(self) -> pu_risk.PURiskLoss:
     """The risk every method trains (the baselines' coefficients make it
@@ -94,6 +114,7 @@ def majority_class_baseline(task: PUTask) -> Dict[str, float]:
 
 def train_pu_federated(task: PUTask, config: PUFederatedConfig, output_dir: str) -> Dict[str, Any]:
   """Trains (or resumes) one method on the PU task; exports the classifier."""
+  config = config.sized_to(task)
   model_config = model_config_for(task, config)
   splits = {"validation": task.validation, "test": task.test}
   job = federated_loop.FederatedJob(

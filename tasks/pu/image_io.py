@@ -78,6 +78,32 @@ def read_idx(path: str, magic: int) -> np.ndarray:
   return np.frombuffer(data, np.uint8, offset=header).reshape(shape)
 
 
+def write_idx(path: str, array: np.ndarray) -> None:
+  """`array` (uint8 values) as an IDX file (gzip when `path` ends in .gz)."""
+  magic = 0x800 | array.ndim
+  data = magic.to_bytes(4, "big") + b"".join(int(d).to_bytes(4, "big")
+                                             for d in array.shape)
+  opener = gzip.open if path.endswith(".gz") else open
+  with opener(path, "wb") as f:
+    f.write(data + array.astype(np.uint8).tobytes())
+
+
+def write_mnist_shaped(directory: str, num_images: int, seed: int = 0) -> None:
+  """Random 28x28 images with labels 0..9 in turn, as MNIST's IDX files: the
+  two t10k files up to 10,000 images, beyond that also the train files with
+  the rest (70,000: MNIST's 60,000 + 10,000). For timing at MNIST's shape only:
+  there is nothing to learn in them."""
+  rng = np.random.default_rng(seed)
+  os.makedirs(directory, exist_ok=True)
+  counts = {"test": min(num_images, 10_000), "train": max(num_images - 10_000, 0)}
+  for split, count in counts.items():
+    if count:
+      images_name, labels_name = IDX_FILES[split]
+      write_idx(os.path.join(directory, images_name),
+                rng.integers(0, 256, (count, 28, 28), dtype=np.uint8))
+      write_idx(os.path.join(directory, labels_name), np.arange(count) % 10)
+
+
 def _find(directory: str, name: str) -> Optional[str]:
   for candidate in (name, name + ".gz"):
     path = os.path.join(directory, candidate)

@@ -150,6 +150,10 @@ class PUTask:
   def input_shape(self) -> Tuple[int, int, int]:
     return tuple(self.train.images.shape[1:])
 
+  def mean_client_points(self) -> float:
+    """The points a client holds, on average."""
+    return float(np.mean([len(rows) for rows in self.partition.client_points.values()]))
+
   def client_datasets(self, method: str) -> client_data.ClientDatasets:
     """The clients' points with their packed risk coefficients under `method`
     (`positive_only` clients hold only their labeled points)."""
