@@ -90,8 +90,9 @@ SERVER_LEARNING_RATE = flags.DEFINE_float(
     f"{_FEDSS_DEFAULTS.server_learning_rate}).")
 SERVER_EPSILON = flags.DEFINE_float(
     "server_epsilon", None,
-    "Epsilon of an adaptive server optimizer (adam, adagrad, yogi), added to the "
-    "root of its squared updates (default: TFF's, 1e-7 for adam).")
+    "MovieLens, PU: epsilon of an adaptive server optimizer (adam, adagrad, "
+    "yogi), added to the root of its squared updates (default: MovieLens "
+    f"{federated_loop.SERVER_EPSILON}; otherwise TFF's, 1e-7 for adam).")
 SPREADOUT = flags.DEFINE_enum(
     "spreadout", _XC_DEFAULTS.spreadout, list(class_spreadout.SPREADOUT_MODES),
     "FedAwS server step: topk (each updated class against its k nearest, eq. 8) or "
@@ -213,6 +214,9 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
   if flags.FLAGS[CLIENT_SHARDS.name].present:
     raise ValueError("--client_shards is for FedAvg (MovieLens, PU): the XC "
                      "algorithms' server answers each client with its own rows")
+  if flags.FLAGS[SERVER_EPSILON.name].present:
+    raise ValueError("--server_epsilon is for MovieLens and PU; the XC algorithms "
+                     "keep TFF's server optimizers as they are")
   fedaws_config = FedAwSConfig(
       hinge_margin=_or(model_flags.MARGIN.value, _XC_DEFAULTS.hinge_margin),
       spreadout=SPREADOUT.value,
@@ -257,6 +261,7 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       batch_size=given(model_flags.BATCH_SIZE, loop.batch_size),
       client_optimizer=given(CLIENT_OPTIMIZER, loop.client_optimizer),
       **_optimization_from_flags(loop),
+      server_epsilon=_or(SERVER_EPSILON.value, loop.server_epsilon),
       eval_every=given(EVAL_EVERY, loop.eval_every),
       checkpoint_every=given(CHECKPOINT_EVERY, loop.checkpoint_every),
       patience=given(PATIENCE, loop.patience), min_delta=MIN_DELTA.value,

@@ -62,6 +62,12 @@ BEST_WEIGHTS = os.path.join("best", "weights")
 # on ml1m.
 SOFTMAX_CLIENT_LEARNING_RATE = 0.1
 HINGE_CLIENT_LEARNING_RATE = 4.0
+# Server Adam's epsilon (TFF's default 1e-7): with it, an item row whose
+# averaged update is tiny and noisy (a rare item, moved only through global
+# softmax's denominator) still takes a full-rate step. On ml-latest-small,
+# seeds 0-2, federated global softmax's test recall@10 rose from 5.11% to
+# 5.30% on average, H+S's stayed level (README, "Real MovieLens").
+SERVER_EPSILON = 1e-4
 
 
 def default_client_learning_rate(loss: str) -> float:
@@ -75,7 +81,8 @@ class FederatedConfig:
   """How the federated model is trained (names follow the script flags).
 
   The defaults are FedAdam: client SGD (`client_learning_rate` None: the loss
-  family's, `default_client_learning_rate`) and server Adam at 0.05, each
+  family's, `default_client_learning_rate`) and server Adam at 0.05 with
+  epsilon `SERVER_EPSILON`, each
   client capped at 20 batches a round. Plain FedAvg (server SGD at 1.0) learns
   the hinge loss far more slowly, because its cosine-scale gradients are
   ~1/T = 20 times smaller than the softmax losses', and Adam on the server
@@ -98,7 +105,7 @@ class FederatedConfig:
   client_learning_rate: Optional[float] = None
   server_optimizer: str = "adam"
   server_learning_rate: float = 0.05
-  server_epsilon: Optional[float] = None
+  server_epsilon: Optional[float] = SERVER_EPSILON
   eval_every: int = 5
   checkpoint_every: int = 5
   patience: int = 4

@@ -1,0 +1,53 @@
+"""The federated flags as the scripts read them (in a child process: absl's flags are global)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.script_runs import ROOT
+
+RESOLVE = """
+import dataclasses, json, sys
+from absl import flags
+from fed_retrieval.training import federated_flags
+from tasks import task_flags
+flags.FLAGS(["prog", *sys.argv[1:]])
+try:
+  config = {"movielens": lambda: federated_flags.federated_config_from_flags("global_softmax"),
+            "pu": federated_flags.pu_federated_config_from_flags,
+            "xc": federated_flags.xc_federated_config_from_flags}[task_flags.TASK.value]()
+  print(json.dumps(dataclasses.asdict(config)))
+except ValueError as e:
+  print(json.dumps({"error": str(e)}))
+"""
+
+
+def resolved(*argv):
+  result = subprocess.run([sys.executable, "-c", RESOLVE, *argv], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_movielens_defaults_and_flags():
+  config = resolved()
+  assert (config["server_epsilon"], config["client_shards"], config["client_sampling"]) == (
+      1e-4, 2, None)
+  config = resolved("--server_epsilon=1e-3", "--client_shards=0",
+                    "--client_sampling=examples")
+  assert (config["server_epsilon"], config["client_shards"], config["client_sampling"]) == (
+      1e-3, 0, "examples")
+
+
+def test_pu_keeps_its_loop_and_sizes_local_work_unless_given():
+  config = resolved("--task=pu")
+  assert config["federated"]["server_epsilon"] is None  # Server SGD.
+  assert config["size_local_work"]
+  assert not resolved("--task=pu", "--batch_size=32")["size_local_work"]
+  assert not resolved("--task=pu", "--local_epochs=2")["size_local_work"]
+
+
+@pytest.mark.parametrize("flag", ["--client_shards=4", "--server_epsilon=1e-3"])
+def test_xc_refuses_what_its_algorithms_do_not_take(flag):
+  assert resolved("--task=xc", flag)["error"].startswith(flag.split("=")[0])
