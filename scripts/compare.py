@@ -86,6 +86,10 @@ _ALGORITHMS = flags.DEFINE_list(
     "--task=xc: the algorithms to compare (default: FedAwS's "
     f"{','.join(fedaws.ALGORITHMS)}; also {','.join(fedss.ALGORITHMS)}). MovieLens: "
     "FedSS runs of sampled global softmax added to the losses' runs (default none).")
+_NOISE_MULTIPLIERS = flags.DEFINE_list(
+    "noise_multipliers", [],
+    "MovieLens: a client-level DP run of each loss per noise multiplier, beside "
+    "the others (--clip_norm, --dp_clipping, --target_delta apply), with epsilon.")
 _METHODS = flags.DEFINE_list("methods", list(pu_risk.METHODS),
                              "--task=pu: the methods to compare.")
 flags.mark_flag_as_required("output_dir")
@@ -150,7 +154,8 @@ def main(argv) -> None:
       task_flags.task_config_from_flags(), _LOSSES.value, federated, centralized,
       model_flags.OUTPUT_DIR.value, _BUDGET.value, _INCLUDE_SHUFFLED.value,
       _INCLUDE_FEDSGD.value, model_flags.EMBEDDING_DIM.value,
-      sampled_softmax_algorithms, federated_flags.fedss_config_from_flags())
+      sampled_softmax_algorithms, federated_flags.fedss_config_from_flags(),
+      federated_flags.dp_configs_from_flags(_NOISE_MULTIPLIERS.value))
   _report(comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
 

@@ -9,6 +9,7 @@ import types
 import numpy as np
 import pytest
 
+from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.evaluation import user_bootstrap
 from fed_retrieval.reports import comparison
 from fed_retrieval.training.centralized_loop import CentralizedConfig
@@ -102,6 +103,21 @@ def test_standard_errors_from_test_hits(tmp_path):
   assert f"60.00% ± {100 * federated_bs['drop_vs_centralized_same_loss@10_se']:.2f}" in table
 
 
+def test_dp_rows_carry_their_epsilon():
+  rows = [{"setting": "federated", "loss": "global_softmax", "global_recall@1": 0.01,
+           "global_recall@5": 0.03, "global_recall@10": 0.05},
+          {"setting": "federated_dp1", "loss": "global_softmax", "global_recall@1": 0.01,
+           "global_recall@5": 0.02, "global_recall@10": 0.04, "epsilon": 3.456,
+           "target_delta": 1e-5}]
+  table = comparison.markdown_table(rows)
+  assert table.splitlines()[0].endswith("| epsilon (delta) |")
+  assert table.splitlines()[3].endswith("| 3.46 (1e-05) |")
+  assert table.splitlines()[2].endswith("|  |  |  |")  # No DP: no epsilon.
+  assert "epsilon" not in comparison.markdown_table(rows[:1])
+  settings = comparison.federated_settings(False, False, [DPConfig(noise_multiplier=0.5)])
+  assert settings["federated_dp0.5"] == ({}, {"dp": DPConfig(noise_multiplier=0.5)})
+
+
 def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
   counts = [10, 40, 100]
   users = np.repeat([1, 2, 3], counts)
@@ -129,6 +145,7 @@ def test_compare_script_end_to_end(tmp_path):
        "--losses=batch_softmax,hinge_spreadout", "--rounds=4", "--clients_per_round=5",
        "--eval_every=1", "--patience=1", "--centralized_eval_every_steps=100",
        "--centralized_max_epochs=1", "--include_shuffled", "--include_fedsgd",
+       "--noise_multipliers=1", "--clip_norm=0.5",
        f"--output_dir={tmp_path}/cmp", f"--cache_dir={tmp_path}/cache"],
       cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
@@ -140,9 +157,12 @@ def test_compare_script_end_to_end(tmp_path):
   assert [(r["setting"], r["loss"]) for r in records] == [
       ("centralized", "batch_softmax"), ("federated", "batch_softmax"),
       ("federated_shuffled", "batch_softmax"), ("federated_sgd", "batch_softmax"),
+      ("federated_dp1", "batch_softmax"),
       ("centralized", "hinge_spreadout"), ("federated", "hinge_spreadout"),
       ("federated_shuffled", "hinge_spreadout"), ("federated_sgd", "hinge_spreadout"),
-      ("baseline", "most_popular")]
+      ("federated_dp1", "hinge_spreadout"), ("baseline", "most_popular")]
+  assert all(float(r["epsilon"]) > 0 for r in records if r["setting"] == "federated_dp1")
+  assert all(r["epsilon"] == "" for r in records if r["setting"] != "federated_dp1")
   for record in records[:-1]:
     if record["setting"] == "centralized":
       assert int(record["best_step"]) <= int(record["steps"])

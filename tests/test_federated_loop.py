@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from fed_retrieval.algorithms import differential_privacy
+from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training.federated_loop import FederatedConfig
 from losses.registry import ObjectiveConfig
@@ -52,6 +54,26 @@ def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
   assert results["most_popular_baseline"]["global_recall@10"] == pytest.approx(
       popularity, abs=5e-5)
   assert os.path.isfile(os.path.join(tmp_path, "export", "export.json"))
+
+
+def test_a_dp_run_reports_epsilon_every_round(tff_context, cache_dir, tmp_path):
+  task = small_task(cache_dir)
+  dp = DPConfig(noise_multiplier=0.8, clip_norm=0.5, target_delta=1e-4)
+  config = FederatedConfig(objective=ObjectiveConfig("batch_softmax"), rounds=4,
+                           clients_per_round=24, eval_every=2, checkpoint_every=2,
+                           patience=0, dp=dp)
+  results = federated_loop.train_federated(task, config, str(tmp_path))
+  with open(os.path.join(tmp_path, "metrics.csv")) as f:
+    rows = list(csv.DictReader(f))
+  probability = 24 / task.federated_train.num_users  # 240 users: q = 0.1.
+  epsilons = [float(r["epsilon"]) for r in rows]
+  assert epsilons == pytest.approx(
+      [differential_privacy.epsilon(dp, probability, r) for r in range(1, 5)])
+  assert epsilons == sorted(epsilons) and epsilons[0] > 0
+  assert results["epsilon"] == pytest.approx(epsilons[-1])  # Round 4 is reported.
+  assert results["target_delta"] == 1e-4
+  # Poisson sampling: the rounds' client counts vary around 24 (examples do).
+  assert len({r["train_num_examples"] for r in rows}) > 1
 
 
 def test_early_stopping_reports_the_best_round_and_resumes_stopped(

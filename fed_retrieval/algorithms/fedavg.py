@@ -13,6 +13,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import client_shards
+from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.evaluation import recall_metrics
 from fed_retrieval.models import dual_encoder
@@ -67,27 +68,45 @@ def build_learning_process(model_fn: ModelFn, config
                            ) -> tff.learning.templates.LearningProcess:
   """FedAvg (weighted by examples) or FedSGD with the optimizers of `config`
   (`algorithm`, `client_optimizer`, `client_learning_rate`, `server_optimizer`,
-  `server_learning_rate`, `server_epsilon`, `client_shards`: a
+  `server_learning_rate`, `server_epsilon`, `client_shards`, `dp`: a
   `federated_loop.FederatedConfig`, its client learning rate resolved). With
   `client_shards`, FedAvg's `next` takes shards of clients
-  (`client_shards.build_sharded_fed_avg`); FedSGD always takes one dataset
-  per client."""
+  (`client_shards.build_sharded_fed_avg`); FedSGD and DP runs take one
+  dataset per client. With `dp`, the clients' updates are averaged unweighted,
+  clipped and noised (`differential_privacy`)."""
   config = config.resolved()
   server_optimizer = optimizers.tff_optimizer(
       config.server_optimizer, config.server_learning_rate, "server_optimizer",
       epsilon=config.server_epsilon)
+  dp_aggregator = (None if config.dp is None else differential_privacy.aggregator(
+      config.dp, config.clients_per_round))
   if config.algorithm == "fedsgd":
     return tff.learning.algorithms.build_fed_sgd(
         model_fn, server_optimizer_fn=server_optimizer,
+        model_aggregator=(dp_aggregator and
+                          tff.aggregators.as_weighted_aggregator(dp_aggregator)),
         loop_implementation=CLIENT_LOOP)
   client_optimizer = optimizers.tff_optimizer(
       config.client_optimizer, config.client_learning_rate, "client_optimizer")
-  if config.client_shards:
+  if dp_aggregator is not None:
+    return tff.learning.algorithms.build_unweighted_fed_avg(
+        model_fn, client_optimizer_fn=client_optimizer,
+        server_optimizer_fn=server_optimizer, model_aggregator=dp_aggregator,
+        loop_implementation=CLIENT_LOOP)
+  if shards_of(config):
     return client_shards.build_sharded_fed_avg(model_fn, client_optimizer,
                                                server_optimizer)
   return tff.learning.algorithms.build_weighted_fed_avg(
       model_fn, client_optimizer_fn=client_optimizer,
       server_optimizer_fn=server_optimizer, loop_implementation=CLIENT_LOOP)
+
+
+def shards_of(config) -> int:
+  """The shards a round's clients are trained in (0: a TFF client each):
+  `client_shards` for FedAvg without DP (clipping is per client)."""
+  if config.algorithm != "fedavg" or getattr(config, "dp", None) is not None:
+    return 0
+  return getattr(config, "client_shards", 0)  # XC run configs have none.
 
 
 def bytes_per_client(weight_shapes: Sequence[Sequence[int]]) -> Tuple[int, int]:

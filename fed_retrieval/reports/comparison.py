@@ -11,7 +11,9 @@ Budgets (`budget`):
 Centralized runs train on the pooled examples of the federated training users
 and are validated and tested on the same users as the federated runs.
 Controls, when asked: the IID `federated_shuffled` run (examples dealt to
-users at random, counts kept) and `federated_sgd` (FedSGD: one step per round).
+users at random, counts kept) and `federated_sgd` (FedSGD: one step per round);
+and client-level DP runs, `federated_dp<z>` for each noise multiplier z, whose
+rows carry the epsilon of the reported model (the privacy-utility trade-off).
 FedSS runs, when asked (`sampled_softmax_algorithms`): sampled global softmax
 and its baselines (`sampled_softmax_training`), rows `federated_<algorithm>`.
 Every federated row carries the bytes a client downloads and uploads per round;
@@ -33,6 +35,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
 from fed_retrieval import export
+from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval.evaluation import user_bootstrap
@@ -54,10 +57,12 @@ STANDARD_ERROR_KEYS = ("global_recall@10",) + DROP_KEYS
 CSV_COLUMNS = ("setting", "loss") + RECALL_KEYS + (
     "examples_seen", "rounds", "best_round", "steps", "best_step") + DROP_KEYS + tuple(
         f"{key}_se" for key in STANDARD_ERROR_KEYS) + (
-    "bytes_down_per_client", "bytes_up_per_client", "worker_restarts")
+    "bytes_down_per_client", "bytes_up_per_client", "worker_restarts", "epsilon",
+    "target_delta")
 
 
-def federated_settings(include_shuffled: bool, include_fedsgd: bool
+def federated_settings(include_shuffled: bool, include_fedsgd: bool,
+                       dp_configs: Sequence[DPConfig] = ()
                        ) -> Dict[str, Tuple[Dict[str, Any], Dict[str, Any]]]:
   """Setting name -> (task changes, federated config changes)."""
   settings = {"federated": ({}, {})}
@@ -65,6 +70,8 @@ def federated_settings(include_shuffled: bool, include_fedsgd: bool
     settings["federated_shuffled"] = ({"shuffle_across_users": True}, {})
   if include_fedsgd:
     settings["federated_sgd"] = ({}, {"algorithm": "fedsgd"})
+  for dp in dp_configs:
+    settings[f"federated_dp{dp.noise_multiplier:g}"] = ({}, {"dp": dp})
   return settings
 
 
@@ -103,7 +110,8 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
                    include_shuffled: bool = False, include_fedsgd: bool = False,
                    embedding_dim: int = 16,
                    sampled_softmax_algorithms: Sequence[str] = (),
-                   fedss: Optional[FedSSConfig] = None) -> List[Dict[str, Any]]:
+                   fedss: Optional[FedSSConfig] = None,
+                   dp_configs: Sequence[DPConfig] = ()) -> List[Dict[str, Any]]:
   """Runs (or resumes) every run of the comparison; returns one row per run.
 
   `federated` and `centralized` give everything but the loss (and, for the
@@ -127,7 +135,7 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
     objective = federated.objective.for_loss(loss)
     federated_rows = []
     for setting, (task_changes, config_changes) in federated_settings(
-        include_shuffled, include_fedsgd).items():
+        include_shuffled, include_fedsgd, dp_configs).items():
       key = tuple(sorted(task_changes.items()))
       if key not in tasks:
         tasks[key] = movielens_task.build_task(
@@ -176,7 +184,8 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
 def _row(setting: str, loss: str, results: Dict[str, Any], output_dir: str):
   keys = ("examples_seen", "rounds", "best_round", "steps", "best_step",
           "bytes_down_per_client", "bytes_up_per_client",
-          "mean_real_bytes_down_per_client", "worker_restarts")
+          "mean_real_bytes_down_per_client", "worker_restarts", "epsilon",
+          "target_delta")
   return {"setting": setting, "loss": loss, **results["test"],
           **{k: results[k] for k in keys if k in results},
           "run_dir": os.path.join(output_dir, f"{setting}_{loss}")}
@@ -246,15 +255,19 @@ def _bytes(row: Dict[str, Any]) -> str:
 
 
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
+  """The table; an epsilon column (at the runs' delta) when a row has DP."""
+  private = any(row.get("epsilon") not in (None, "") for row in rows)
   header = ("| setting | loss | recall@1 | recall@5 | recall@10 ± SE | drop vs same "
             "loss ± SE | drop vs best centralized ± SE | trained on | MB down / up per "
-            "client per round |")
-  lines = [header, "|" + "---|" * 9]
+            "client per round |" + (" epsilon (delta) |" if private else ""))
+  lines = [header, "|" + "---|" * (10 if private else 9)]
   for row in rows:
-    lines.append("| " + " | ".join([
-        row["setting"], row["loss"], *(_percent(row, k) for k in RECALL_KEYS),
-        *(_percent(row, k) for k in DROP_KEYS), _budget_used(row),
-        _bytes(row)]) + " |")
+    cells = [row["setting"], row["loss"], *(_percent(row, k) for k in RECALL_KEYS),
+             *(_percent(row, k) for k in DROP_KEYS), _budget_used(row), _bytes(row)]
+    if private:
+      cells.append("" if row.get("epsilon") in (None, "") else
+                   f"{row['epsilon']:.2f} ({row['target_delta']:g})")
+    lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 

@@ -3,6 +3,10 @@
 - `uniform` (the default): `clients_per_round` distinct clients, each as
   likely as any other (the papers' protocol; what client-level DP accounting
   assumes).
+- `poisson`: each client in with probability clients_per_round / N,
+  independently, so a round's count varies: what client-level DP's
+  accounting assumes (`algorithms.differential_privacy`); a DP run always
+  samples this way.
 - `examples`: client k is picked with a probability in
   proportion to n_k * epochs / t_k, its examples over what it trains on in a
   round (its local epochs cut at `max_local_steps` batches), so that every
@@ -27,7 +31,7 @@ import numpy as np
 
 from tasks import client_data
 
-CLIENT_SAMPLINGS = ("uniform", "examples")
+CLIENT_SAMPLINGS = ("uniform", "poisson", "examples")
 
 
 def check_client_sampling(name: Optional[str]) -> None:
@@ -81,19 +85,29 @@ def local_work_weights(clients: client_data.ClientDatasets, batch_size: int,
 
 
 class ClientSampler:
-  """Draws a round's clients: uniformly, or with inclusion probabilities in
-  proportion to `weights` (one per client id). Equal weights sample exactly
-  as `uniform` does."""
+  """Draws a round's clients: uniformly, with inclusion probabilities in
+  proportion to `weights` (one per client id; equal weights sample exactly
+  as `uniform` does), or each client independently (`poisson`)."""
 
-  def __init__(self, client_ids: Sequence[str], weights: Optional[np.ndarray] = None):
+  def __init__(self, client_ids: Sequence[str], weights: Optional[np.ndarray] = None,
+               poisson: bool = False):
     self.client_ids = list(client_ids)
     if weights is not None and np.ptp(weights) == 0:
       weights = None
     self.weights = weights
+    self.poisson = poisson
 
   def sample(self, count: int, seed: int, round_num: int) -> List[str]:
+    """The round's clients: `count` of them, or for `poisson` each with
+    probability q = count / N (an empty round, probability (1 - q)^N, e^-100
+    at 100 clients a round, draws again so that a round trains someone)."""
     rng = np.random.default_rng([seed, round_num])
-    if self.weights is None:
+    if self.poisson:
+      probability = min(1.0, count / len(self.client_ids))
+      picks = np.flatnonzero(rng.random(len(self.client_ids)) < probability)
+      while not picks.size:
+        picks = np.flatnonzero(rng.random(len(self.client_ids)) < probability)
+    elif self.weights is None:
       picks = rng.choice(len(self.client_ids), min(count, len(self.client_ids)),
                          replace=False)
     else:
@@ -105,6 +119,8 @@ def sampler_for(clients: client_data.ClientDatasets, config) -> ClientSampler:
   """The sampler a run config asks for (`client_sampling`, with its
   `batch_size`, `local_epochs` and `max_local_steps`)."""
   check_client_sampling(config.client_sampling)
+  if getattr(config, "dp", None) is not None or config.client_sampling == "poisson":
+    return ClientSampler(clients.client_ids, poisson=True)
   if config.client_sampling in (None, "uniform"):
     return ClientSampler(clients.client_ids)
   return ClientSampler(clients.client_ids, local_work_weights(

@@ -1,7 +1,10 @@
 """absl flags of federated training, shared by train_federated, compare and benchmark."""
 
+from typing import Optional
+
 from absl import flags
 
+from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
@@ -20,6 +23,7 @@ from losses import class_spreadout
 from losses import pu_risk
 
 _DEFAULTS = FederatedConfig()
+_DP_DEFAULTS = differential_privacy.DPConfig(noise_multiplier=0.0)
 _XC_DEFAULTS = FedAwSConfig()
 _FEDSS_DEFAULTS = FedSSConfig()
 _PU_DEFAULTS = pu_training.PUFederatedConfig()
@@ -93,6 +97,20 @@ SERVER_EPSILON = flags.DEFINE_float(
     "MovieLens, PU: epsilon of an adaptive server optimizer (adam, adagrad, "
     "yogi), added to the root of its squared updates (default: MovieLens "
     f"{federated_loop.SERVER_EPSILON}; otherwise TFF's, 1e-7 for adam).")
+NOISE_MULTIPLIER = flags.DEFINE_float(
+    "noise_multiplier", None,
+    "Client-level DP (FedAvg, FedSGD; MovieLens, PU): Gaussian noise of this "
+    "times the clip on the sum of the clipped client updates, clients sampled "
+    "by Poisson, epsilon reported every round (none: no DP).")
+CLIP_NORM = flags.DEFINE_float(
+    "clip_norm", _DP_DEFAULTS.clip_norm,
+    "DP: the L2 norm each client update is clipped to (adaptive: where it starts).")
+DP_CLIPPING = flags.DEFINE_enum(
+    "dp_clipping", _DP_DEFAULTS.clipping, list(differential_privacy.CLIPPINGS),
+    "DP: a fixed clip, or one adapted each round to the median update norm.")
+TARGET_DELTA = flags.DEFINE_float(
+    "target_delta", _DP_DEFAULTS.target_delta,
+    "DP: the delta at which epsilon is reported.")
 SPREADOUT = flags.DEFINE_enum(
     "spreadout", _XC_DEFAULTS.spreadout, list(class_spreadout.SPREADOUT_MODES),
     "FedAwS server step: topk (each updated class against its k nearest, eq. 8) or "
@@ -151,13 +169,15 @@ FEDERATED_FLAGS = ("Federated training", None, (
     ALGORITHM, ROUNDS, CLIENTS_PER_ROUND, CLIENT_SAMPLING, CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER,
     CLIENT_LEARNING_RATE, SERVER_OPTIMIZER, SERVER_LEARNING_RATE, SERVER_EPSILON, EVAL_EVERY,
     CHECKPOINT_EVERY, PATIENCE, MIN_DELTA, SMOOTHING, MAX_WORKER_RESTARTS))
+DP_FLAGS = ("Client-level differential privacy (FedAvg, FedSGD)", None, (
+    NOISE_MULTIPLIER, CLIP_NORM, DP_CLIPPING, TARGET_DELTA))
 FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", None, (NUM_NEGATIVES, LOG_Q, ROW_MEAN))
 XC_MODEL_FLAGS = ("FedAwS and the XC model", "xc", (
     model_flags.MARGIN, SPREADOUT, SPREADOUT_K, SPREADOUT_LAMBDA, SPREADOUT_MARGIN,
     XC_ARCHITECTURE, XC_BAG, LOGIT_SCALE))
 PU_MODEL_FLAGS = ("FedPU and the image model", "pu", (
     PU_SURROGATE, NON_NEGATIVE, CONV_FILTERS, DENSE_UNITS))
-ALL_FLAGS = (FEDERATED_FLAGS, FEDSS_FLAGS, XC_MODEL_FLAGS, PU_MODEL_FLAGS)
+ALL_FLAGS = (FEDERATED_FLAGS, DP_FLAGS, FEDSS_FLAGS, XC_MODEL_FLAGS, PU_MODEL_FLAGS)
 
 
 def federated_config_from_flags(loss: str) -> FederatedConfig:
@@ -179,10 +199,35 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       server_learning_rate=_or(SERVER_LEARNING_RATE.value,
                                _DEFAULTS.server_learning_rate),
       server_epsilon=_or(SERVER_EPSILON.value, _DEFAULTS.server_epsilon),
+      dp=dp_config_from_flags(),
       eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value,
       patience=PATIENCE.value, min_delta=MIN_DELTA.value,
       smoothing=_or(SMOOTHING.value, _DEFAULTS.smoothing),
       seed=model_flags.SEED.value, ks=model_flags.ks_from_flag())
+
+
+def dp_config_from_flags() -> Optional[differential_privacy.DPConfig]:
+  """The DP the flags ask for (None without --noise_multiplier)."""
+  if NOISE_MULTIPLIER.value is None:
+    return None
+  if flags.FLAGS[CLIENT_SHARDS.name].present and CLIENT_SHARDS.value:
+    raise ValueError("--client_shards: a DP run clips each client's update, so it "
+                     "trains one TFF client per client")
+  return differential_privacy.DPConfig(
+      noise_multiplier=NOISE_MULTIPLIER.value, clip_norm=CLIP_NORM.value,
+      clipping=DP_CLIPPING.value, target_delta=TARGET_DELTA.value)
+
+
+def dp_configs_from_flags(noise_multipliers) -> list:
+  """A DP config per noise multiplier given (strings of a list flag), with the
+  other DP flags' settings."""
+  try:
+    values = [float(z) for z in noise_multipliers]
+  except ValueError as e:
+    raise ValueError(f"--noise_multipliers: {e}") from e
+  return [differential_privacy.DPConfig(
+      noise_multiplier=z, clip_norm=CLIP_NORM.value, clipping=DP_CLIPPING.value,
+      target_delta=TARGET_DELTA.value) for z in values]
 
 
 def _or(value, default):
@@ -217,6 +262,10 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
   if flags.FLAGS[SERVER_EPSILON.name].present:
     raise ValueError("--server_epsilon is for MovieLens and PU; the XC algorithms "
                      "keep TFF's server optimizers as they are")
+  if NOISE_MULTIPLIER.value is not None:
+    raise ValueError("--noise_multiplier: client-level DP is built for FedAvg and "
+                     "FedSGD (MovieLens, PU), not yet for the XC algorithms, whose "
+                     "server answers each client with its own rows")
   fedaws_config = FedAwSConfig(
       hinge_margin=_or(model_flags.MARGIN.value, _XC_DEFAULTS.hinge_margin),
       spreadout=SPREADOUT.value,
@@ -262,6 +311,7 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       client_optimizer=given(CLIENT_OPTIMIZER, loop.client_optimizer),
       **_optimization_from_flags(loop),
       server_epsilon=_or(SERVER_EPSILON.value, loop.server_epsilon),
+      dp=dp_config_from_flags(),
       eval_every=given(EVAL_EVERY, loop.eval_every),
       checkpoint_every=given(CHECKPOINT_EVERY, loop.checkpoint_every),
       patience=given(PATIENCE, loop.patience), min_delta=MIN_DELTA.value,

@@ -37,6 +37,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval import export
+from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.evaluation import recall_metrics
@@ -106,6 +107,7 @@ class FederatedConfig:
   server_optimizer: str = "adam"
   server_learning_rate: float = 0.05
   server_epsilon: Optional[float] = SERVER_EPSILON
+  dp: Optional[differential_privacy.DPConfig] = None  # Client-level DP.
   eval_every: int = 5
   checkpoint_every: int = 5
   patience: int = 4
@@ -119,6 +121,7 @@ class FederatedConfig:
       raise ValueError(f"--algorithm must be one of {', '.join(fedavg.ALGORITHMS)}, "
                        f"got '{self.algorithm}'")
     check_loop_settings(self)
+    differential_privacy.check_compatible(self, self.dp)
 
   def resolved(self) -> "FederatedConfig":
     """This config with its client learning rate set (the loss's default if
@@ -159,8 +162,7 @@ def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
   `client_shards` (FedAvg) that many shard datasets of consecutive clients.
   Client i of the round trains on the same batches either way."""
   seeds = [_client_seed(config.seed, round_num, i) for i in range(len(clients))]
-  # XC run configs have no shards: their processes answer each client.
-  shards = getattr(config, "client_shards", 0) if config.algorithm == "fedavg" else 0
+  shards = fedavg.shards_of(config)
   if not shards:
     return [data.training_dataset(client, config.batch_size, config.local_epochs,
                                   seed, config.max_local_steps)
@@ -187,6 +189,18 @@ def _history_through(metrics_path: str, round_num: int,
   if examples_seen is None:
     raise ValueError(f"{metrics_path}: no row for checkpointed round {round_num}")
   return examples_seen, curve
+
+
+def _privacy_of(config, num_clients: int) -> Callable[[int], Dict[str, float]]:
+  """round -> {epsilon, target_delta} after that many rounds of a DP run
+  ({} without DP)."""
+  dp = getattr(config, "dp", None)  # XC run configs have none.
+  if dp is None:
+    return lambda round_num: {}
+  probability = min(1.0, config.clients_per_round / num_clients)
+  return lambda round_num: {
+      "epsilon": differential_privacy.epsilon(dp, probability, round_num),
+      "target_delta": dp.target_delta}
 
 
 def _training_metrics(output_metrics) -> Dict[str, float]:
@@ -269,6 +283,7 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
   reports; `restarts` and `death` say how often and why it had to start over."""
   tff_runtime.ensure_local_execution_context()
   sampler = client_sampling.sampler_for(job.clients, config)
+  privacy = _privacy_of(config, len(job.clients.client_ids))
   process = job.build_process()
   state_manager = checkpoints.AtomicFileProgramStateManager(
       os.path.join(output_dir, "checkpoints"), keep_total=3)
@@ -306,7 +321,8 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
                                                 round_num))
     state = output.state
     trained_rounds = round_num
-    row = {**_training_metrics(output.metrics), **job.round_metrics}
+    row = {**_training_metrics(output.metrics), **job.round_metrics,
+           **privacy(round_num)}
     examples_seen += int(row["train_num_examples"])
     row["examples_seen"] = examples_seen
     if round_num % config.eval_every == 0 or round_num == config.rounds:
@@ -339,6 +355,7 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
       "examples_seen": examples_seen,
       "worker_restarts": restarts,
       **job.round_metrics,
+      **privacy(best_round),  # The reported model's: it saw best_round rounds.
       "test": job.evaluate(server_model, "test"),
       **job.baselines(),
   }

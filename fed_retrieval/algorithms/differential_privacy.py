@@ -1,0 +1,89 @@
+"""Client-level differential privacy for FedAvg and FedSGD (DP-FedAvg).
+
+Every round each client is in with probability q = clients_per_round / N,
+independently (Poisson sampling, `client_sampling.ClientSampler.poisson`);
+each client's update is clipped to an L2 norm (`clip_norm`, or an adaptive
+clip that tracks a quantile of the updates' norms), the clipped updates are
+summed, Gaussian noise of standard deviation noise_multiplier x clip is added
+and the sum is divided by the expected number of clients: TFF's
+`DifferentiallyPrivateFactory` (`gaussian_fixed` / `gaussian_adaptive`), as
+the unweighted aggregator of `build_unweighted_fed_avg` (FedAvg) or of
+FedSGD (its weights ignored: a client counts once however many examples it
+holds, which is what bounds its influence).
+
+The guarantee is for a client's whole data (add or remove one client), and
+its epsilon for a given delta comes from `dp_accounting`'s RDP accountant over
+the rounds trained: a Poisson-sampled Gaussian mechanism, composed round after
+round (with adaptive clipping TFF splits the noise multiplier between the
+update and the norm estimate so that the same accounting holds).
+What it does not cover: the evaluation and the stopping rule read the
+validation users each evaluation (their data is not private here), and the
+run's hyperparameters were chosen on data that is not accounted for.
+"""
+
+import dataclasses
+from typing import Optional
+
+import dp_accounting
+from dp_accounting import rdp
+import tensorflow_federated as tff
+
+CLIPPINGS = ("fixed", "adaptive")
+
+
+@dataclasses.dataclass(frozen=True)
+class DPConfig:
+  """Client-level DP: the noise multiplier z, the clip and the accounting's delta."""
+  noise_multiplier: float
+  clip_norm: float = 0.1  # The fixed clip, or the adaptive clip's initial value.
+  clipping: str = "fixed"
+  target_unclipped_quantile: float = 0.5  # Adaptive clipping's target.
+  target_delta: float = 1e-5
+
+  def __post_init__(self):
+    if not self.noise_multiplier >= 0:
+      raise ValueError(f"--noise_multiplier must be >= 0, got {self.noise_multiplier}")
+    if not self.clip_norm > 0:
+      raise ValueError(f"--clip_norm must be > 0, got {self.clip_norm}")
+    if self.clipping not in CLIPPINGS:
+      raise ValueError(f"--dp_clipping must be one of {', '.join(CLIPPINGS)}, got "
+                       f"'{self.clipping}'")
+    if not 0 < self.target_delta < 1:
+      raise ValueError(f"--target_delta must lie in (0, 1), got {self.target_delta}")
+
+
+def aggregator(config: DPConfig, clients_per_round: float
+               ) -> tff.aggregators.UnweightedAggregationFactory:
+  """The clipped, noised mean of the clients' updates."""
+  if config.clipping == "adaptive":
+    return tff.aggregators.DifferentiallyPrivateFactory.gaussian_adaptive(
+        noise_multiplier=config.noise_multiplier, clients_per_round=clients_per_round,
+        initial_l2_norm_clip=config.clip_norm,
+        target_unclipped_quantile=config.target_unclipped_quantile)
+  return tff.aggregators.DifferentiallyPrivateFactory.gaussian_fixed(
+      noise_multiplier=config.noise_multiplier, clients_per_round=clients_per_round,
+      clip=config.clip_norm)
+
+
+def epsilon(config: DPConfig, sampling_probability: float, rounds: int) -> float:
+  """Epsilon at `config.target_delta` after `rounds` rounds, each a Gaussian
+  mechanism on a Poisson sample of the clients (RDP accounting)."""
+  if rounds == 0:
+    return 0.0
+  if config.noise_multiplier == 0:
+    return float("inf")
+  accountant = rdp.RdpAccountant()
+  accountant.compose(dp_accounting.SelfComposedDpEvent(
+      dp_accounting.PoissonSampledDpEvent(
+          sampling_probability, dp_accounting.GaussianDpEvent(config.noise_multiplier)),
+      rounds))
+  return float(accountant.get_epsilon(config.target_delta))
+
+
+def check_compatible(config, dp: Optional[DPConfig]) -> None:
+  """A DP run samples clients by Poisson and trains one TFF client per client."""
+  if dp is None:
+    return
+  if config.client_sampling not in (None, "poisson"):
+    raise ValueError("--noise_multiplier: DP accounting assumes Poisson sampling of "
+                     f"clients, not --client_sampling={config.client_sampling}")
