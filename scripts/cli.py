@@ -25,7 +25,18 @@ from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at
 from fed_retrieval.training import progress  # pylint: disable=g-import-not-at-top
 from fed_retrieval.training import run_directory  # pylint: disable=g-import-not-at-top
 
-tff_runtime.isolate_network()
+def _uses_the_host_network(args: Sequence[str]) -> bool:
+  """A program that trains on --workers reaches them over the host's network;
+  `scripts.worker` is reached over it. Every other program keeps to a private
+  network namespace with only loopback (its local worker unreachable)."""
+  main_spec = getattr(sys.modules["__main__"], "__spec__", None)
+  return (getattr(main_spec, "name", "") == "scripts.worker" or
+          any(a == "--workers" or (a.startswith("--workers=") and a != "--workers=")
+              for a in args))
+
+
+if not _uses_the_host_network(sys.argv[1:]):
+  tff_runtime.isolate_network()
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C.
 
 
@@ -42,9 +53,10 @@ def _exit_on_interrupt() -> None:
   scripts (pytest importing this module) keeps its own Ctrl-C.
   """
   main_spec = getattr(sys.modules["__main__"], "__spec__", None)
+  name = getattr(main_spec, "name", "")
   if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN or
-      not getattr(main_spec, "name", "").startswith("scripts.")):
-    return
+      not name.startswith("scripts.") or name == "scripts.worker"):
+    return  # (scripts.worker stops its worker on Ctrl-C itself.)
   signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
   def wait() -> None:
@@ -142,8 +154,11 @@ def run(main: Callable[[Sequence[str]], None],
     if len(argv) > 1:
       raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
     try:
-      if "max_worker_restarts" in flags.FLAGS:  # The federated scripts' flag.
+      if "max_worker_restarts" in flags.FLAGS:  # The federated scripts' flags.
         tff_runtime.set_max_worker_restarts(flags.FLAGS.max_worker_restarts)
+        if flags.FLAGS.workers:
+          tff_runtime.use_remote_workers(flags.FLAGS.workers,
+                                         flags.FLAGS.trusted_network)
       main(argv)
     except (UserError, RatingsFormatError, ValueError, FileNotFoundError) as e:
       _fail(str(e))

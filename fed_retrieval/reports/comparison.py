@@ -143,7 +143,7 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
       config = dataclasses.replace(federated, objective=objective, **config_changes)
       # The worker stops after each federated run: even idle it takes CPU
       # from the centralized run that follows.
-      with tff_runtime.local_execution_context():
+      with tff_runtime.execution_context():
         results = federated_loop.train_federated(
             tasks[key], config, os.path.join(output_dir, f"{setting}_{loss}"),
             embedding_dim)
@@ -162,7 +162,7 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
   if () not in tasks:  # No loss runs: the FedSS runs and the baseline need it.
     tasks[()] = movielens_task.build_task(task_config)
   for algorithm in sampled_softmax_algorithms:
-    with tff_runtime.local_execution_context():
+    with tff_runtime.execution_context():
       results = sampled_softmax_training.train_sampled_softmax(
           tasks[()], federated,
           dataclasses.replace(fedss or FedSSConfig(), algorithm=algorithm),

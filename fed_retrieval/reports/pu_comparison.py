@@ -47,7 +47,7 @@ def run_pu_comparison(task_config: pu_task.PUTaskConfig,
     task = pu_task.build_pu_task(dataclasses.replace(task_config, setting=setting))
     for method in methods:
       run_dir = os.path.join(output_dir, name, method)
-      with tff_runtime.local_execution_context():
+      with tff_runtime.execution_context():
         results = pu_training.train_pu_federated(
             task, dataclasses.replace(config, method=method), run_dir)
       rows.append({"setting": name, "method": method, "description": setting.describe(),

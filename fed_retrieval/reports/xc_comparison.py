@@ -78,7 +78,7 @@ def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[st
     rows.append(_row(name, results, os.path.join(output_dir, name)))
   for algorithm in algorithms:
     run_config = dataclasses.replace(config, algorithm=algorithm)
-    with tff_runtime.local_execution_context():
+    with tff_runtime.execution_context():
       results = xc_training.train_xc_federated(
           task, run_config, os.path.join(output_dir, algorithm))
     rows.append(_row(algorithm, results, os.path.join(output_dir, algorithm)))

@@ -24,7 +24,9 @@ import atexit
 import contextlib
 import ctypes
 import fcntl
+import functools
 import gc
+import ipaddress
 import os
 import signal
 import socket
@@ -33,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Iterator, List, Optional, Sequence
 
 from absl import logging
 import grpc
@@ -51,6 +53,7 @@ _GRPC_OPTIONS = [
     ("grpc.max_send_message_length", 2 * 1000 * 1000 * 1000),
 ]
 _STARTUP_TIMEOUT_SECONDS = 120.0
+_REMOTE_CONNECT_SECONDS = 30.0
 WORKER_DIED_EXIT_CODE = 3
 
 _network_isolated = False
@@ -187,14 +190,17 @@ def _prepare_worker() -> None:
 
 
 class LocalWorker:
-  """One TFF C++ worker process, tied to the lifetime of this process."""
+  """One TFF C++ worker process, tied to the lifetime of this process, on
+  `port` (default: a free one)."""
 
   def __init__(self, log_path: Optional[str] = None,
-               max_concurrent_computation_calls: int = -1):
+               max_concurrent_computation_calls: int = -1,
+               port: Optional[int] = None):
     self._log_path = log_path
     self._max_calls = max_concurrent_computation_calls
     self._process: Optional[subprocess.Popen] = None
     self._channel: Optional[grpc.Channel] = None
+    self._fixed_port = port
     self.port: Optional[int] = None
 
   @property
@@ -208,7 +214,7 @@ class LocalWorker:
   def start(self) -> "tff.framework.RemoteExecutorGrpcStub":
     """Starts the worker and returns a stub once it answers."""
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-    self.port = portpicker.pick_unused_port()
+    self.port = self._fixed_port or portpicker.pick_unused_port()
     log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL
     try:
       self._process = subprocess.Popen(
@@ -272,11 +278,9 @@ class LocalWorker:
       process.wait()
 
 
-def set_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:
-  """Starts a worker and makes it TFF's default execution context."""
+def _context(stub, context_class):
+  """A TFF execution context (sync or async) that runs on one worker's stub."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-  worker = LocalWorker(log_path)
-  stub = worker.start()
 
   def executor_stack(cardinalities):
     # Server-only computations (e.g. `initialize`) carry no client count.
@@ -286,16 +290,145 @@ def set_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:
     executor.set_cardinalities(cardinalities)
     return executor
 
-  context = tff.framework.SyncExecutionContext(
+  return context_class(
       executor_fn=tff.framework.ResourceManagingExecutorFactory(executor_stack),
       compiler_fn=tff.backends.native.desugar_and_transform_to_native,
       transform_args=tff.tensorflow.transform_args,
       transform_result=tff.tensorflow.transform_result)
-  tff.framework.set_default_context(context)
+
+
+def set_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:
+  """Starts a worker and makes it TFF's default execution context."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  worker = LocalWorker(log_path)
+  stub = worker.start()
+  tff.framework.set_default_context(_context(stub, tff.framework.SyncExecutionContext))
   return worker
 
 
+def set_workers_execution_context(stubs: Sequence) -> None:
+  """TFF's own distributed engine: a computation's clients split across the
+  workers behind `stubs`, their results merged (a mergeable-form context over
+  one async context per worker)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  tff.framework.set_default_context(
+      tff.backends.native.create_mergeable_comp_execution_context(
+          [_context(stub, tff.framework.AsyncExecutionContext) for stub in stubs]))
+
+
+# Remote channels: a worker that dies closes its connection, which the channel
+# sees at once; keepalive pings (no more often than a gRPC server accepts)
+# find a host that vanished; an idle channel never times out by itself.
+_REMOTE_GRPC_OPTIONS = _GRPC_OPTIONS + [
+    ("grpc.keepalive_time_ms", 300_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.client_idle_timeout_ms", 2 ** 31 - 1),
+]
+_LOOPBACK_NAMES = ("localhost", "ip6-localhost")
+
+
+def parse_worker_address(address: str) -> tuple:
+  """'host:port' (IPv6 as '[::1]:port') -> (host, port); errors name --workers."""
+  host, sep, port = address.strip().rpartition(":")
+  host = host.strip("[]")
+  if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ValueError(f"--workers: '{address}' is not host:port")
+  return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+  """Whether `host` is this machine's loopback (a name or an address)."""
+  if host in _LOOPBACK_NAMES:
+    return True
+  try:
+    return ipaddress.ip_address(host).is_loopback
+  except ValueError:
+    return False
+
+
+class RemoteWorkers:
+  """TFF workers started elsewhere (`scripts.worker`) at host:port addresses,
+  used together: a round's clients are split across them. A worker that
+  stops answering ends the program within moments (one line, exit code 3):
+  a remote worker cannot be restarted from here, and a call into it would
+  otherwise wait forever; a re-run resumes from the last checkpoint."""
+
+  def __init__(self, addresses: Sequence[str]):
+    self.hosts_and_ports = [parse_worker_address(a) for a in addresses]
+    self.addresses = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"
+                      for h, p in self.hosts_and_ports]
+    self.connected = False
+    self._channels: List[grpc.Channel] = []
+
+  def connect(self) -> None:
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    stubs = []
+    for address in self.addresses:
+      channel = grpc.insecure_channel(address, _REMOTE_GRPC_OPTIONS)
+      try:
+        grpc.channel_ready_future(channel).result(timeout=_REMOTE_CONNECT_SECONDS)
+      except grpc.FutureTimeoutError as e:
+        raise ValueError(
+            f"--workers: no TFF worker answers at {address} (waited "
+            f"{_REMOTE_CONNECT_SECONDS:.0f} s; start one there with python -m "
+            f"scripts.worker --port={address.rsplit(':', 1)[1]})") from e
+      self._channels.append(channel)
+      channel.subscribe(functools.partial(self._watch, address), try_to_connect=False)
+      stubs.append(tff.framework.RemoteExecutorGrpcStub(channel))
+    set_workers_execution_context(stubs)
+    self.connected = True
+    atexit.register(self.close)
+
+  def _watch(self, address: str, state: grpc.ChannelConnectivity) -> None:
+    if not self.connected or state in (grpc.ChannelConnectivity.READY,
+                                       grpc.ChannelConnectivity.CONNECTING):
+      return
+    sys.stdout.flush()
+    sys.stderr.write(remote_worker_lost_message(address) + "\n")
+    sys.stderr.flush()
+    os._exit(WORKER_DIED_EXIT_CODE)  # pylint: disable=protected-access
+
+  def close(self) -> None:
+    self.connected = False
+    for channel in self._channels:
+      channel.close()
+
+
+def remote_worker_lost_message(address: str) -> str:
+  return (f"error: the TFF worker at {address} stopped answering (its connection "
+          f"failed); start it again (python -m scripts.worker "
+          f"--port={address.rsplit(':', 1)[1]}) and re-run the same command to "
+          "resume from the last checkpoint")
+
+
+def use_remote_workers(addresses: Sequence[str], trusted_network: bool) -> None:
+  """Runs train on the TFF workers at `addresses` (connected on first use).
+
+  Their gRPC port has neither encryption nor authentication: a worker on
+  another host is refused unless `trusted_network` says the network between
+  the hosts is private (README: a private network or SSH tunnels)."""
+  global _remote_workers
+  workers = RemoteWorkers(addresses)
+  exposed = [address for address, (host, _) in
+             zip(workers.addresses, workers.hosts_and_ports) if not is_loopback(host)]
+  if exposed and not trusted_network:
+    raise ValueError(
+        f"--workers: {', '.join(exposed)} is not on this machine, and a TFF "
+        "worker's gRPC port is neither encrypted nor authenticated; run it on a "
+        "private network and say so with --trusted_network, or reach it through "
+        "an SSH tunnel (ssh -N -L PORT:localhost:PORT host, then --workers="
+        "localhost:PORT)")
+  if len(set(workers.addresses)) != len(workers.addresses):
+    raise ValueError(f"--workers: an address is given twice ({','.join(addresses)})")
+  _remote_workers = workers
+
+
 _shared_worker: Optional[LocalWorker] = None
+_remote_workers: Optional[RemoteWorkers] = None  # Set by `use_remote_workers`.
+
+
+def using_remote_workers() -> bool:
+  return _remote_workers is not None
 
 
 def ensure_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:
@@ -304,6 +437,27 @@ def ensure_local_execution_context(log_path: Optional[str] = None) -> LocalWorke
   if _shared_worker is None or not _shared_worker.running:
     _shared_worker = set_local_execution_context(log_path)
   return _shared_worker
+
+
+def ensure_execution_context() -> None:
+  """The context runs use: the remote workers' (`use_remote_workers`),
+  connected on first use, or the process-wide local worker's."""
+  if _remote_workers is None:
+    ensure_local_execution_context()
+  elif not _remote_workers.connected:
+    _remote_workers.connect()
+
+
+@contextlib.contextmanager
+def execution_context() -> Iterator[None]:
+  """`ensure_execution_context` for a block; a local worker stops after it
+  (remote workers serve the program's next runs too)."""
+  if _remote_workers is not None:
+    ensure_execution_context()
+    yield
+    return
+  with local_execution_context():
+    yield
 
 
 @contextlib.contextmanager

@@ -51,6 +51,15 @@ ROW_MEAN = flags.DEFINE_enum(
     "FedSS: a class row's update is the mean over the clients that held it "
     "(holders) or FedAvg's example-weighted mean over every client of the round "
     "(clients).")
+WORKERS = flags.DEFINE_list(
+    "workers", [],
+    "TFF workers to train on, host:port,... (each started there with python -m "
+    "scripts.worker --port=PORT): a round's clients are split across them "
+    "(default: one local, private worker).")
+TRUSTED_NETWORK = flags.DEFINE_bool(
+    "trusted_network", False,
+    "--workers on other hosts: the network between them is private (their "
+    "gRPC port has no encryption or authentication).")
 ROUNDS = flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Federated rounds.")
 CLIENTS_PER_ROUND = flags.DEFINE_integer("clients_per_round",
                                          _DEFAULTS.clients_per_round,
@@ -168,7 +177,8 @@ MIN_DELTA = flags.DEFINE_float(
 FEDERATED_FLAGS = ("Federated training", None, (
     ALGORITHM, ROUNDS, CLIENTS_PER_ROUND, CLIENT_SAMPLING, CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER,
     CLIENT_LEARNING_RATE, SERVER_OPTIMIZER, SERVER_LEARNING_RATE, SERVER_EPSILON, EVAL_EVERY,
-    CHECKPOINT_EVERY, PATIENCE, MIN_DELTA, SMOOTHING, MAX_WORKER_RESTARTS))
+    CHECKPOINT_EVERY, PATIENCE, MIN_DELTA, SMOOTHING, MAX_WORKER_RESTARTS, WORKERS,
+    TRUSTED_NETWORK))
 DP_FLAGS = ("Client-level differential privacy (FedAvg, FedSGD)", None, (
     NOISE_MULTIPLIER, CLIP_NORM, DP_CLIPPING, TARGET_DELTA))
 FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", None, (NUM_NEGATIVES, LOG_Q, ROW_MEAN))

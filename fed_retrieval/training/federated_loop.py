@@ -247,6 +247,10 @@ class FederatedJob:
   baselines: Callable[[], Dict[str, Any]] = dict
   # Writes the run's own files beside its config (the MovieLens item ids).
   write_files: Callable[[str], Any] = lambda directory: None
+  # Whether TFF can split a round's clients across several workers: not for a
+  # sub-model process whose server answers each client with rows of its own
+  # (measured: TFF's mergeable context delivered them to other clients).
+  splits_across_workers: bool = True
 
 
 def run_federated(job: FederatedJob, config, output_dir: str) -> Dict[str, Any]:
@@ -256,11 +260,15 @@ def run_federated(job: FederatedJob, config, output_dir: str) -> Dict[str, Any]:
   local_epochs, max_local_steps, batch_size, eval_every, checkpoint_every, patience, min_delta, smoothing and
   seed.
   """
+  if tff_runtime.using_remote_workers() and not job.splits_across_workers:
+    raise ValueError(f"--workers: {job.name} runs on one worker (drop --workers): its "
+                     "server answers each client with rows of its own, which TFF "
+                     "cannot keep aligned with the clients' data across workers")
   finished = run_directory.open_run(output_dir, job.run_config, job.write_files)
   if finished is not None:
     return finished
   while tff_runtime.take_worker_death():  # A worker that died after its last
-    pass  # call in an earlier run: ensure_local_execution_context replaces it.
+    pass  # call in an earlier run: ensure_execution_context replaces it.
   restarts, death = 0, None
   limit = tff_runtime.max_worker_restarts()
   while True:
@@ -281,7 +289,7 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
            death: Optional[tff_runtime.WorkerDeath]) -> Dict[str, Any]:
   """Starts a worker if none runs, resumes from the latest checkpoint, trains,
   reports; `restarts` and `death` say how often and why it had to start over."""
-  tff_runtime.ensure_local_execution_context()
+  tff_runtime.ensure_execution_context()
   sampler = client_sampling.sampler_for(job.clients, config)
   privacy = _privacy_of(config, len(job.clients.client_ids))
   process = job.build_process()

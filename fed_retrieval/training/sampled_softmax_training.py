@@ -70,5 +70,6 @@ def train_sampled_softmax(task: MovieLensTask, loop: FederatedConfig,
       results={"setting": setting, "loss": LOSS, "algorithm": algorithm.algorithm},
       round_metrics={"bytes_down_per_client": down, "bytes_up_per_client": up,
                      "mean_real_bytes_down_per_client":
-                         float(np.mean(real_keys)) * sub_model.FLOAT_BYTES * dim})
+                         float(np.mean(real_keys)) * sub_model.FLOAT_BYTES * dim},
+      splits_across_workers=algorithm.algorithm in fedss.WHOLE_MODEL_ALGORITHMS)
   return federated_loop.run_federated(job, loop, output_dir)

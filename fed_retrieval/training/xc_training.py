@@ -197,7 +197,9 @@ def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str)
       results={"algorithm": config.algorithm, "task": task.summary(),
                "partition": task.config.partition},
       baselines=_baselines(task, config.ks),
-      round_metrics=round_bytes(task, model_config, config))
+      round_metrics=round_bytes(task, model_config, config),
+      splits_across_workers=config.algorithm in (fedaws.WHOLE_MODEL_ALGORITHMS +
+                                                 fedss.WHOLE_MODEL_ALGORITHMS))
   return federated_loop.run_federated(job, config, output_dir)
 
 

@@ -1,0 +1,94 @@
+"""Several TFF workers (scripts.worker): the same results as one, a worker
+lost mid-run, and what is refused."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import portpicker
+import pytest
+
+from tests.script_runs import ROOT
+from tests.script_runs import run_script
+from tests.script_runs import wait_for_round
+from tests.script_runs import workers_of
+
+THREE_SHARDS = ["--client_shards=3", "--rounds=10"]
+
+
+def start_worker(port):
+  process = subprocess.Popen([sys.executable, "-m", "scripts.worker", f"--port={port}"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+  line = process.stderr.readline()  # Once the worker answers.
+  assert f"listening on port {port}" in line, line + process.stderr.read()
+  return process
+
+
+def stop(worker):
+  worker.send_signal(signal.SIGTERM)
+  return worker.wait(timeout=30)
+
+
+def results_of(output_dir):
+  with open(os.path.join(output_dir, "results.json")) as f:
+    return json.load(f)
+
+
+def test_three_workers_equal_one_and_a_lost_worker_resumes_identically(tmp_path):
+  alone = run_script(tmp_path / "alone", tmp_path / "cache", *THREE_SHARDS)
+  assert alone.wait(timeout=600) == 0, alone.stderr.read()[-3000:]
+  ports = [portpicker.pick_unused_port() for _ in range(3)]
+  workers = [start_worker(port) for port in ports]
+  addresses = "--workers=" + ",".join(f"localhost:{port}" for port in ports)
+  run = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses)
+  wait_for_round(str(tmp_path / "three"), 5)
+  workers[1].kill()  # The worker dies with its script (parent-death signal).
+  lost_at = time.monotonic()
+  assert run.wait(timeout=60) == 3
+  assert time.monotonic() - lost_at < 15
+  error = run.stderr.read().strip().splitlines()
+  assert error[-1] == (f"error: the TFF worker at localhost:{ports[1]} stopped answering "
+                       "(its connection failed); start it again (python -m "
+                       f"scripts.worker --port={ports[1]}) and re-run the same command to "
+                       "resume from the last checkpoint")
+  workers[1] = start_worker(ports[1])
+  resumed = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses)
+  assert resumed.wait(timeout=600) == 0, resumed.stderr.read()[-3000:]
+  assert results_of(tmp_path / "three")["test"] == results_of(tmp_path / "alone")["test"]
+  for worker in workers:
+    assert stop(worker) == 0
+    assert "stopped" in worker.stderr.read()
+    assert not workers_of(worker.pid)
+
+
+def test_a_worker_that_dies_says_so_and_exits_3():
+  port = portpicker.pick_unused_port()
+  worker = start_worker(port)
+  (binary,) = workers_of(worker.pid)
+  os.kill(binary, signal.SIGKILL)
+  assert worker.wait(timeout=30) == 3
+  assert f"port {port}) died unexpectedly (killed by signal SIGKILL" in worker.stderr.read()
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--workers=10.1.2.3:8000"], "error: --workers: 10.1.2.3:8000 is not on this "
+                                  "machine, and a TFF worker's gRPC port is neither "
+                                  "encrypted nor authenticated"),
+    (["--workers=localhost:8000,localhost:8000"], "error: --workers: an address is "
+                                                  "given twice"),
+    (["--workers=localhost", ], "error: --workers: 'localhost' is not host:port"),
+    (["--task=xc", "--synthetic_xc=xc_tiny", "--workers=localhost:1"],
+     "error: --workers: federated fedaws runs on one worker (drop --workers)"),
+])
+def test_refused_in_one_line_with_exit_2_writing_nothing(tmp_path, flags, message):
+  result = subprocess.run(
+      [sys.executable, "-m", "scripts.train_federated", *flags,
+       f"--output_dir={tmp_path}/run", f"--cache_dir={tmp_path}/cache"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1].startswith(message), result.stderr
+  assert not os.path.exists(tmp_path / "run")
