@@ -4,6 +4,8 @@ r"""Throughput of every federated algorithm and of centralized Keras against a t
       [--losses=batch_softmax,hinge_spreadout,global_softmax] [--algorithms=fedavg,fedsgd]
   python -m scripts.benchmark --task=xc --synthetic_xc=xc_small --algorithms=fedaws,fedss
   python -m scripts.benchmark --task=pu --pu_data=digits
+  python -m scripts.benchmark --synthetic=ml1m --losses=global_softmax \
+      --algorithms=fedavg --local_workers=1,2,3
   python -m scripts.benchmark --task=pu --pu_data=mnist --mnist_path=DIR
   python -m scripts.benchmark --task=pu --pu_data=mnist --mnist_path=/tmp/mnist10k \
       --mnist_shaped=10000
@@ -57,6 +59,10 @@ _MNIST_SHAPED = flags.DEFINE_integer(
     "--task=pu: first write this many random 28x28 images in MNIST's IDX files "
     "(t10k up to 10,000, the rest as train) into --mnist_path, a new directory, "
     "and measure on them (--pu_data=mnist): MNIST's cost without its files.")
+_LOCAL_WORKERS = flags.DEFINE_list(
+    "local_workers", [],
+    "Also time the rounds with the clients split across this many local TFF "
+    "workers (TFF's mergeable context, as --workers does), e.g. 1,2,3.")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the JSON report here.")
 
 
@@ -103,7 +109,12 @@ def main(argv) -> None:
     spe = [int(s) for s in _STEPS_PER_EXECUTION.value]
   except ValueError as e:
     raise ValueError(f"--steps_per_execution: {e}") from e
-  rows = [throughput.measure(w, _TIMED_ROUNDS.value, spe) for w in workloads()]
+  try:
+    local_workers = [int(n) for n in _LOCAL_WORKERS.value]
+  except ValueError as e:
+    raise ValueError(f"--local_workers: {e}") from e
+  rows = [throughput.measure(w, _TIMED_ROUNDS.value, spe, local_workers)
+          for w in workloads()]
   report = throughput.report(rows)
   print(throughput.markdown_table(rows))
   print(json.dumps(report, indent=2))
@@ -115,4 +126,4 @@ if __name__ == "__main__":
   cli.run(main, help_groups=[
       *task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS, *federated_flags.ALL_FLAGS,
       ("Benchmark", None, (_TIMED_ROUNDS, _STEPS_PER_EXECUTION, _LOSSES, _ALGORITHMS,
-                           _PU_METHOD, _MNIST_SHAPED, _OUTPUT))])
+                           _PU_METHOD, _MNIST_SHAPED, _LOCAL_WORKERS, _OUTPUT))])

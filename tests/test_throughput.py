@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.parametrize("task_flags,workloads", [
     (["--synthetic=small", "--losses=batch_softmax,global_softmax",
-      "--algorithms=fedavg"],
+      "--algorithms=fedavg", "--local_workers=2"],
      ["movielens batch_softmax fedavg", "movielens global_softmax fedavg"]),
     (["--task=xc", "--synthetic_xc=xc_tiny", "--algorithms=fedss"], ["xc fedss"]),
 ])
@@ -39,5 +39,7 @@ def test_benchmark_reports_every_workload_against_the_tight_loop(tmp_path, task_
     assert row["federated_fraction_of_tight_loop"] == pytest.approx(
         row["federated_examples_per_sec"] / row["tight_loop_examples_per_sec"],
         abs=1e-3)
+    if "--local_workers=2" in task_flags:  # Clients split across two workers.
+      assert row["seconds_per_round_by_local_workers"]["2"] > 0
   assert report["min_federated_fraction_of_tight_loop"] == min(
       r["federated_fraction_of_tight_loop"] for r in report["rows"])

@@ -18,10 +18,11 @@ classifier (every class's score for every point), which a client does not
 compute: their fractions can pass 1.
 """
 
+import contextlib
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -62,13 +63,30 @@ class Workload:
   loss: tf.keras.losses.Loss
 
 
-def federated_rate(workload: Workload, rounds: int) -> Dict[str, Any]:
+@contextlib.contextmanager
+def _workers(count: int) -> Iterator[None]:
+  """The execution context of `count` local workers (0: the usual one, a
+  single worker without the mergeable context), stopped afterwards."""
+  if not count:
+    with tff_runtime.local_execution_context():
+      yield
+    return
+  workers = [tff_runtime.LocalWorker() for _ in range(count)]
+  try:
+    tff_runtime.set_workers_execution_context([w.start() for w in workers])
+    yield
+  finally:
+    for worker in workers:
+      worker.stop()
+
+
+def federated_rate(workload: Workload, rounds: int, workers: int = 0) -> Dict[str, Any]:
   """Examples/s and seconds a round over `rounds` timed rounds after a warm-up
-  round, and the process tree's peak memory meanwhile. The worker is stopped
-  afterwards, so it cannot compete with what runs next."""
+  round, and the process tree's peak memory meanwhile, on one local worker or
+  split across `workers` local workers. The workers are stopped afterwards,
+  so they cannot compete with what runs next."""
   loop = workload.loop
-  with tff_runtime.local_execution_context(), \
-       process_memory.ProcessTreePeak() as peak:
+  with _workers(workers), process_memory.ProcessTreePeak() as peak:
     process = workload.build_process()
     sampler = client_sampling.sampler_for(workload.clients, loop)
     state = process.initialize()
@@ -137,10 +155,14 @@ def tight_loop_rate(workload: Workload, num_examples: int, jit_compile: bool) ->
 
 
 def measure(workload: Workload, rounds: int,
-            steps_per_execution: Sequence[int] = (1, 100)) -> Dict[str, Any]:
+            steps_per_execution: Sequence[int] = (1, 100),
+            local_workers: Sequence[int] = ()) -> Dict[str, Any]:
   """The benchmark's row of one workload (as many examples in every setting
-  as its timed federated rounds trained on)."""
+  as its timed federated rounds trained on); with `local_workers`, also the
+  seconds a round when the clients are split across that many local workers."""
   federated = federated_rate(workload, rounds)
+  by_workers = {str(n): round(federated_rate(workload, rounds, n)["seconds_per_round"], 3)
+                for n in local_workers}
   num_examples = int(federated["examples_per_round"] * rounds)
   centralized = {s: centralized_rate(workload, num_examples, s)
                  for s in steps_per_execution}
@@ -162,6 +184,7 @@ def measure(workload: Workload, rounds: int,
                                              for k, v in centralized.items()},
       "tight_loop_by_xla": {k: round(v, 1) for k, v in tight.items()},
       "federated_memory": federated["federated_memory"],
+      **({"seconds_per_round_by_local_workers": by_workers} if by_workers else {}),
   }
 
 
