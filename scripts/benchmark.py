@@ -63,6 +63,10 @@ _LOCAL_WORKERS = flags.DEFINE_list(
     "local_workers", [],
     "Also time the rounds with the clients split across this many local TFF "
     "workers (TFF's mergeable context, as --workers does), e.g. 1,2,3.")
+_BREAKDOWN = flags.DEFINE_bool(
+    "breakdown", False,
+    "Also say where a round's time goes: a fixed part, per client, per batch, "
+    "and building the datasets (milliseconds, one local worker).")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the JSON report here.")
 
 
@@ -113,8 +117,11 @@ def main(argv) -> None:
     local_workers = [int(n) for n in _LOCAL_WORKERS.value]
   except ValueError as e:
     raise ValueError(f"--local_workers: {e}") from e
-  rows = [throughput.measure(w, _TIMED_ROUNDS.value, spe, local_workers)
-          for w in workloads()]
+  rows = []
+  for workload in workloads():
+    rows.append(throughput.measure(workload, _TIMED_ROUNDS.value, spe, local_workers))
+    if _BREAKDOWN.value:
+      rows[-1]["round_breakdown"] = throughput.round_breakdown(workload)
   report = throughput.report(rows)
   print(throughput.markdown_table(rows))
   print(json.dumps(report, indent=2))
@@ -126,4 +133,5 @@ if __name__ == "__main__":
   cli.run(main, help_groups=[
       *task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS, *federated_flags.ALL_FLAGS,
       ("Benchmark", None, (_TIMED_ROUNDS, _STEPS_PER_EXECUTION, _LOSSES, _ALGORITHMS,
-                           _PU_METHOD, _MNIST_SHAPED, _LOCAL_WORKERS, _OUTPUT))])
+                           _PU_METHOD, _MNIST_SHAPED, _LOCAL_WORKERS, _BREAKDOWN,
+                           _OUTPUT))])

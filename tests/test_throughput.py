@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.parametrize("task_flags,workloads", [
     (["--synthetic=small", "--losses=batch_softmax,global_softmax",
-      "--algorithms=fedavg", "--local_workers=2"],
+      "--algorithms=fedavg", "--local_workers=2", "--breakdown"],
      ["movielens batch_softmax fedavg", "movielens global_softmax fedavg"]),
     (["--task=xc", "--synthetic_xc=xc_tiny", "--algorithms=fedss"], ["xc fedss"]),
 ])
@@ -41,5 +41,9 @@ def test_benchmark_reports_every_workload_against_the_tight_loop(tmp_path, task_
         abs=1e-3)
     if "--local_workers=2" in task_flags:  # Clients split across two workers.
       assert row["seconds_per_round_by_local_workers"]["2"] > 0
+      breakdown = row["round_breakdown"]
+      assert breakdown["clients"] == 5 and breakdown["fixed_ms"] > 0
+      assert set(breakdown) == {"clients", "fixed_ms", "per_client_ms", "per_batch_ms",
+                                "datasets_ms"}
   assert report["min_federated_fraction_of_tight_loop"] == min(
       r["federated_fraction_of_tight_loop"] for r in report["rows"])

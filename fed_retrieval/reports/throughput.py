@@ -107,6 +107,51 @@ def federated_rate(workload: Workload, rounds: int, workers: int = 0) -> Dict[st
           "federated_memory": peak.report()}
 
 
+def round_breakdown(workload: Workload, repeats: int = 3) -> Dict[str, float]:
+  """Where a round's time goes, in milliseconds, from rounds of chosen shapes
+  on one local worker (median of `repeats` after a warm-up each): `fixed`, a
+  round of one client with one batch (the broadcast, the server's step, the
+  call into the worker and back); `per_client`, what each further client adds
+  (with one batch each); `per_batch`, what each further batch adds (clients
+  of `max_local_steps` batches); `datasets`, building a round's datasets in
+  Python. The clients are the workload's first, in turn."""
+  loop = workload.loop
+  clients = workload.clients
+  count = min(loop.clients_per_round, len(clients.client_ids))
+  steps = loop.max_local_steps or 8
+  one_batch = dataclasses.replace(loop, max_local_steps=1, local_epochs=1)
+  many_batches = dataclasses.replace(loop, max_local_steps=steps, local_epochs=10)
+  with tff_runtime.local_execution_context():
+    process = workload.build_process()
+    state = process.initialize()
+
+    def seconds(config, ids):
+      data = federated_loop.round_datasets(clients, ids, config, 0)
+      process.next(state, data)  # Warm-up: tracing, caches.
+      times = []
+      for _ in range(repeats):
+        start = time.perf_counter()
+        process.next(state, federated_loop.round_datasets(clients, ids, config, 0))
+        times.append(time.perf_counter() - start)
+      return float(np.median(times))
+
+    ids = clients.client_ids[:count]
+    fixed = seconds(one_batch, ids[:1])
+    clients_one_batch = seconds(one_batch, ids)
+    clients_many_batches = seconds(many_batches, ids)
+    start = time.perf_counter()
+    federated_loop.round_datasets(clients, ids, loop, 0)
+    datasets = time.perf_counter() - start
+  batches = sum(min(steps, -(-10 * clients.num_examples(c) // loop.batch_size))
+                for c in ids)
+  return {"clients": count,
+          "fixed_ms": round(1e3 * fixed, 1),
+          "per_client_ms": round(1e3 * (clients_one_batch - fixed) / max(count - 1, 1), 2),
+          "per_batch_ms": round(1e3 * (clients_many_batches - clients_one_batch) /
+                                max(batches - count, 1), 3),
+          "datasets_ms": round(1e3 * datasets, 1)}
+
+
 def centralized_rate(workload: Workload, num_examples: int,
                      steps_per_execution: int) -> float:
   """Examples/s of Keras `fit` (SGD) over the pooled examples after a warm-up."""
