@@ -38,30 +38,22 @@ def run_round(config, clients, shards=None):
   return np.asarray(process.get_model_weights(output.state).trainable[0]).reshape(2)
 
 
-def test_fedavg_round_matches_hand_computation(tff_context):
+@pytest.mark.parametrize("shards,weights", [
+    (None, {"a": 2, "b": 1}),  # A TFF client each.
+    ([[CLIENT_A, CLIENT_B], [CLIENT_A]], {"a": 2 + 2, "b": 1}),  # Three in two shards.
+])
+def test_fedavg_round_matches_hand_computation(tff_context, shards, weights):
   config = FederatedConfig(algorithm="fedavg", client_learning_rate=0.1,
                            server_optimizer="sgd", server_learning_rate=0.5,
-                           client_shards=0)
-  # Each client takes one SGD step on its single batch; the server averages the
-  # deltas weighted by examples (2 and 1) and applies them at rate 0.5.
+                           client_shards=len(shards or []))
+  # Each client takes one SGD step on its single batch from the round's model;
+  # the server averages the deltas weighted by examples and applies them at 0.5.
   delta_a = -0.1 * mse_gradient(W0, CLIENT_A)
   delta_b = -0.1 * mse_gradient(W0, CLIENT_B)
-  expected = W0 + 0.5 * (2 * delta_a + 1 * delta_b) / 3
-  np.testing.assert_allclose(run_round(config, [CLIENT_A, CLIENT_B]), expected,
+  expected = W0 + 0.5 * (weights["a"] * delta_a + weights["b"] * delta_b) / (
+      weights["a"] + weights["b"])
+  np.testing.assert_allclose(run_round(config, [CLIENT_A, CLIENT_B], shards), expected,
                              rtol=1e-5)
-
-
-def test_sharded_fedavg_round_matches_hand_computation(tff_context):
-  config = FederatedConfig(algorithm="fedavg", client_learning_rate=0.1,
-                           server_optimizer="sgd", server_learning_rate=0.5,
-                           client_shards=2)
-  delta_a = -0.1 * mse_gradient(W0, CLIENT_A)
-  delta_b = -0.1 * mse_gradient(W0, CLIENT_B)
-  expected = W0 + 0.5 * (2 * delta_a + 1 * delta_b + 2 * delta_a) / 5
-  # Three clients in two shards: each starts from the round's model.
-  np.testing.assert_allclose(
-      run_round(config, None, shards=[[CLIENT_A, CLIENT_B], [CLIENT_A]]), expected,
-      rtol=1e-5)
 
 
 def test_sharded_fedavg_equals_fedavg_with_momentum_and_several_steps(tff_context):
