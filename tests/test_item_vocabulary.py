@@ -138,9 +138,13 @@ def test_recommend_speaks_the_files_ids_and_titles(sparse_run):
                        "top 3:"]
   lines = lines[5:]
   movies = [int(line.split()[1]) for line in lines]
-  assert movies[0] == 700  # The run 3, 50, 51 continues with 700.
+  # One embedding table serves both towers and the context is its mean, so a
+  # run's two neighbours (700 after it, 193,609 before it: the runs are
+  # cyclic) are equally close to 3, 50, 51; chance puts them first 1 in 21.
+  assert set(movies[:2]) == {700, 193_609}
   assert set(movies) <= set(MOVIE_IDS) - {3, 50, 51}
-  assert lines[0].endswith("Movie 700, The (1999)")
+  for movie, line in zip(movies, lines):
+    assert line.endswith(f"Movie {movie}, The (1999)")
   unknown = run_script("recommend", f"--model_dir={output_dir}/export",
                        "--history=3,4")
   assert unknown.returncode == 2

@@ -54,13 +54,15 @@ LEARNING_RATE = 0.01
 class Workload:
   """One algorithm on one task, as the benchmark measures it. `loop` gives the
   round's settings (clients_per_round, batch_size, local_epochs,
-  max_local_steps, client_sampling, client_shards, algorithm, seed)."""
+  max_local_steps, client_sampling, seed); `client_shards` the shard datasets
+  the process's `next` takes (0: one per client)."""
   name: str
   build_process: Callable[[], sub_model.Process]
   clients: client_data.ClientDatasets
   loop: Any
   build_model: Callable[[], tf.keras.Model]  # What trains centrally, uncompiled.
   loss: tf.keras.losses.Loss
+  client_shards: int = 0
 
 
 @contextlib.contextmanager
@@ -95,7 +97,7 @@ def federated_rate(workload: Workload, rounds: int, workers: int = 0) -> Dict[st
       clients = sampler.sample(loop.clients_per_round, loop.seed, round_num)
       start = time.perf_counter()
       output = process.next(state, federated_loop.round_datasets(
-          workload.clients, clients, loop, round_num))
+          workload.clients, clients, loop, round_num, workload.client_shards))
       elapsed = time.perf_counter() - start
       state = output.state
       if round_num > 0:  # Round 0 warms up.
@@ -116,7 +118,7 @@ def round_breakdown(workload: Workload, repeats: int = 3) -> Dict[str, float]:
   of `max_local_steps` batches); `datasets`, building a round's datasets in
   Python. The clients are the workload's first, in turn."""
   loop = workload.loop
-  clients = workload.clients
+  clients, shards = workload.clients, workload.client_shards
   count = min(loop.clients_per_round, len(clients.client_ids))
   steps = loop.max_local_steps or 8
   one_batch = dataclasses.replace(loop, max_local_steps=1, local_epochs=1)
@@ -126,12 +128,13 @@ def round_breakdown(workload: Workload, repeats: int = 3) -> Dict[str, float]:
     state = process.initialize()
 
     def seconds(config, ids):
-      data = federated_loop.round_datasets(clients, ids, config, 0)
+      data = federated_loop.round_datasets(clients, ids, config, 0, shards)
       process.next(state, data)  # Warm-up: tracing, caches.
       times = []
       for _ in range(repeats):
         start = time.perf_counter()
-        process.next(state, federated_loop.round_datasets(clients, ids, config, 0))
+        process.next(state, federated_loop.round_datasets(clients, ids, config, 0,
+                                                          shards))
         times.append(time.perf_counter() - start)
       return float(np.median(times))
 
@@ -140,7 +143,7 @@ def round_breakdown(workload: Workload, repeats: int = 3) -> Dict[str, float]:
     clients_one_batch = seconds(one_batch, ids)
     clients_many_batches = seconds(many_batches, ids)
     start = time.perf_counter()
-    federated_loop.round_datasets(clients, ids, loop, 0)
+    federated_loop.round_datasets(clients, ids, loop, 0, shards)
     datasets = time.perf_counter() - start
   batches = sum(min(steps, -(-10 * clients.num_examples(c) // loop.batch_size))
                 for c in ids)
@@ -266,7 +269,8 @@ def movielens_workload(task: MovieLensTask, loss: str, algorithm: str,
       loop=config,
       build_model=lambda: dual_encoder.training_model(
           dual_encoder.build_dual_encoder(model_config, seed=0), objective.candidates),
-      loss=objective.loss)
+      loss=objective.loss,
+      client_shards=fedavg.shards_of(config))
 
 
 def xc_workload(task: XCTask, config: xc_training.XCFederatedConfig) -> Workload:
@@ -291,7 +295,8 @@ def pu_workload(task: PUTask, config: pu_training.PUFederatedConfig) -> Workload
           pu_training.pu_model_fn(model_config, config), config.federated),
       clients=task.client_datasets(config.method), loop=config.federated,
       build_model=lambda: image_classifier.build_image_classifier(model_config),
-      loss=config.loss())
+      loss=config.loss(),
+      client_shards=fedavg.shards_of(config.federated))
 
 
 def report(rows: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -157,12 +157,12 @@ def _client_seed(seed: int, round_num: int, index: int) -> int:
 
 
 def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
-                   config, round_num: int) -> List[tf.data.Dataset]:
-  """What a round's `next` takes: a dataset per client, or with
-  `client_shards` (FedAvg) that many shard datasets of consecutive clients.
-  Client i of the round trains on the same batches either way."""
+                   config, round_num: int, shards: int = 0) -> List[tf.data.Dataset]:
+  """What a round's `next` takes: a dataset per client, or (`shards` > 0, a
+  process of `fedavg.build_learning_process` with `client_shards`) that many
+  shard datasets of consecutive clients. Client i of the round trains on the
+  same batches either way."""
   seeds = [_client_seed(config.seed, round_num, i) for i in range(len(clients))]
-  shards = fedavg.shards_of(config)
   if not shards:
     return [data.training_dataset(client, config.batch_size, config.local_epochs,
                                   seed, config.max_local_steps)
@@ -251,6 +251,8 @@ class FederatedJob:
   # sub-model process whose server answers each client with rows of its own
   # (measured: TFF's mergeable context delivered them to other clients).
   splits_across_workers: bool = True
+  # The shard datasets `next` takes (`fedavg.shards_of`); 0: one per client.
+  client_shards: int = 0
 
 
 def run_federated(job: FederatedJob, config, output_dir: str) -> Dict[str, Any]:
@@ -326,7 +328,7 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
       break
     clients = sampler.sample(config.clients_per_round, config.seed, round_num)
     output = process.next(state, round_datasets(job.clients, clients, config,
-                                                round_num))
+                                                round_num, job.client_shards))
     state = output.state
     trained_rounds = round_num
     row = {**_training_metrics(output.metrics), **job.round_metrics,
@@ -416,5 +418,6 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
       results={"setting": setting, "loss": config.objective.loss,
                "algorithm": config.algorithm},
       round_metrics=dict(zip(("bytes_down_per_client", "bytes_up_per_client"),
-                             fedavg.bytes_per_client(model_config.weight_shapes()))))
+                             fedavg.bytes_per_client(model_config.weight_shapes()))),
+      client_shards=fedavg.shards_of(config))
   return run_federated(job, config, output_dir)

@@ -134,5 +134,6 @@ def train_pu_federated(task: PUTask, config: PUFederatedConfig, output_dir: str)
       results={"method": config.method, "setting": task.config.setting.describe()},
       baselines=lambda: {"majority_class_baseline": majority_class_baseline(task)},
       round_metrics=dict(zip(("bytes_down_per_client", "bytes_up_per_client"),
-                             fedavg.bytes_per_client(model_config.weight_shapes()))))
+                             fedavg.bytes_per_client(model_config.weight_shapes()))),
+      client_shards=fedavg.shards_of(config.federated))
   return federated_loop.run_federated(job, config.federated, output_dir)
