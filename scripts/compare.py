@@ -129,6 +129,10 @@ def _report(table: str) -> None:
 
 def main(argv) -> None:
   del argv
+  if _NOISE_MULTIPLIERS.value and task_flags.TASK.value != "movielens":
+    raise ValueError(f"--noise_multipliers adds DP rows to the MovieLens comparison; "
+                     f"--task={task_flags.TASK.value} takes --noise_multiplier (every "
+                     "run private)")
   if task_flags.TASK.value == "xc":
     compare_xc()
     return

@@ -8,22 +8,15 @@ from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.models import xc_encoder
 from tasks.xc import xc_task
 from tests.spreadout_reference import numpy_topk_step
+from tests.xc_reference import CLIENTS
+from tests.xc_reference import MODEL
+from tests.xc_reference import WIDTH
 from tests.xc_reference import all_client_shapes
 from tests.xc_reference import dataset
 from tests.xc_reference import numeric_sgd_step
 from tests.xc_reference import numpy_tower
 from tests.xc_reference import server_average
 
-MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=5, bag_dim=3,
-                                   hidden_dims=(), embedding_dim=2)
-WIDTH = 2  # Features per point.
-# Three clients: two hold class 1 (its row is averaged over both), one class 3.
-CLIENTS = [
-    (np.array([[1, 2], [3, 0], [4, 1]]), np.array([[0.5, 0.5], [1.0, 0.0], [0.2, 0.8]]),
-     np.array([1, 1, 1])),
-    (np.array([[2, 4], [1, 3]]), np.array([[0.7, 0.3], [0.4, 0.6]]), np.array([1, 1])),
-    (np.array([[3, 4], [2, 0]]), np.array([[0.9, 0.1], [1.0, 0.0]]), np.array([3, 3])),
-]
 
 
 def numpy_loss(weights, row, ids, values, margin=0.9):

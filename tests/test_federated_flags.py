@@ -51,3 +51,12 @@ def test_pu_keeps_its_loop_and_sizes_local_work_unless_given():
 @pytest.mark.parametrize("flag", ["--client_shards=4", "--server_epsilon=1e-3"])
 def test_xc_refuses_what_its_algorithms_do_not_take(flag):
   assert resolved("--task=xc", flag)["error"].startswith(flag.split("=")[0])
+
+
+def test_xc_takes_dp_with_a_fixed_clip_and_the_oracle_an_adaptive_one():
+  config = resolved("--task=xc", "--noise_multiplier=1", "--clip_norm=0.2")
+  assert (config["dp"]["noise_multiplier"], config["dp"]["clip_norm"]) == (1.0, 0.2)
+  assert resolved("--task=xc", "--noise_multiplier=1", "--dp_clipping=adaptive")[
+      "error"].startswith("--dp_clipping=adaptive: --algorithm=fedaws clips at a fixed")
+  assert resolved("--task=xc", "--algorithm=softmax_oracle", "--noise_multiplier=1",
+                  "--dp_clipping=adaptive")["dp"]["clipping"] == "adaptive"

@@ -97,3 +97,23 @@ def test_a_bad_xc_file_fails_with_its_line_and_writes_nothing(tmp_path):
       f"XC: reading {tmp_path}/train.txt",
       f"error: {tmp_path}/train.txt:3: label 9 is beyond the header's num_labels 5"]
   assert not os.path.exists(os.path.join(tmp_path, "out"))  # Created, locked, removed.
+
+
+@pytest.mark.parametrize("algorithm", ["fedaws", "softmax_oracle"])
+def test_a_dp_run_reports_epsilon_every_round(tmp_path, algorithm):
+  result = run("scripts.train_federated", *QUICK, "--synthetic_xc=xc_tiny",
+               f"--algorithm={algorithm}", "--noise_multiplier=1", "--clip_norm=0.5",
+               f"--output_dir={tmp_path}/run")
+  assert result.returncode == 0, result.stderr[-3000:]
+  with open(os.path.join(tmp_path, "run", "metrics.csv")) as f:
+    epsilons = [float(r["epsilon"]) for r in csv.DictReader(f)]
+  assert len(epsilons) == 4 and 0 < epsilons[0] < epsilons[-1]
+  with open(os.path.join(tmp_path, "run", "results.json")) as f:
+    assert json.load(f)["epsilon"] == pytest.approx(epsilons[-1])
+
+
+def test_compare_refuses_dp_rows_outside_movielens(tmp_path):
+  result = run("scripts.compare", "--task=xc", "--noise_multipliers=1",
+               f"--output_dir={tmp_path}/out")
+  assert result.returncode == 2
+  assert "--noise_multipliers adds DP rows to the MovieLens comparison" in result.stderr

@@ -4,6 +4,20 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fed_retrieval.models import xc_encoder
+
+# The small XC model and three clients the algorithm tests train by hand.
+MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=5, bag_dim=3,
+                                   hidden_dims=(), embedding_dim=2)
+WIDTH = 2  # Features per point.
+# Three clients: two hold class 1 (its row is averaged over both), one class 3.
+CLIENTS = [
+    (np.array([[1, 2], [3, 0], [4, 1]]), np.array([[0.5, 0.5], [1.0, 0.0], [0.2, 0.8]]),
+     np.array([1, 1, 1])),
+    (np.array([[2, 4], [1, 3]]), np.array([[0.7, 0.3], [0.4, 0.6]]), np.array([1, 1])),
+    (np.array([[3, 4], [2, 0]]), np.array([[0.9, 0.1], [1.0, 0.0]]), np.array([3, 3])),
+]
+
 
 def dataset(ids, values, labels):
   return tf.data.Dataset.from_tensor_slices(

@@ -1,4 +1,5 @@
-"""Client-level differential privacy for FedAvg and FedSGD (DP-FedAvg).
+"""Client-level differential privacy for FedAvg and FedSGD (DP-FedAvg), and
+for the dense tower of the sub-model processes (`ClientDP`).
 
 Every round each client is in with probability q = clients_per_round / N,
 independently (Poisson sampling, `client_sampling.ClientSampler.poisson`);
@@ -22,10 +23,12 @@ run's hyperparameters were chosen on data that is not accounted for.
 """
 
 import dataclasses
-from typing import Optional
+from typing import List, Optional, Sequence
 
 import dp_accounting
 from dp_accounting import rdp
+import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 CLIPPINGS = ("fixed", "adaptive")
@@ -50,6 +53,35 @@ class DPConfig:
                        f"'{self.clipping}'")
     if not 0 < self.target_delta < 1:
       raise ValueError(f"--target_delta must lie in (0, 1), got {self.target_delta}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientDP:
+  """A process's DP: the config and the expected clients a round. TFF's
+  processes take `aggregator(config, expected_clients)`; a process of its own
+  (the sub-model processes' dense tower) aggregates as DP-FedAvg does with
+  fixed clipping: each client clips its update to `clip_norm` in L2
+  (`clipped`), the server sums them, adds Gaussian noise of noise_multiplier
+  x clip and divides by the expected clients (`noised_mean`)."""
+  config: DPConfig
+  expected_clients: float
+
+  def __post_init__(self):
+    if not self.expected_clients > 0:
+      raise ValueError(f"DP needs >= 1 expected client a round, got {self.expected_clients}")
+
+  def clipped(self, update: Sequence[tf.Tensor]) -> List[tf.Tensor]:
+    """A client's update scaled to an L2 norm (all tensors together) <= clip."""
+    return tf.clip_by_global_norm(list(update), self.config.clip_norm)[0]
+
+  def noised_mean(self, total: Sequence[np.ndarray], seed: Sequence[int]
+                  ) -> List[np.ndarray]:
+    """(the clipped updates' sum + noise) / expected clients, the noise drawn
+    from `seed` (the run's seed and round: a resumed run draws the same)."""
+    rng = np.random.default_rng(list(seed))
+    scale = self.config.noise_multiplier * self.config.clip_norm
+    return [((np.asarray(t, np.float64) + rng.normal(0.0, scale, np.shape(t)))
+             / self.expected_clients).astype(np.float32) for t in total]
 
 
 def aggregator(config: DPConfig, clients_per_round: float

@@ -29,9 +29,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.algorithms import sub_model
+from fed_retrieval.algorithms.differential_privacy import ClientDP
 from fed_retrieval.models import scoring
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.models.xc_encoder import XCEncoderConfig
@@ -160,10 +162,11 @@ def bytes_per_client(model_config: XCEncoderConfig, config: FedAwSConfig,
 
 
 def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
-                         max_features: int, seed: int = 0, bag: str = "selected"
-                         ) -> sub_model.SubModelProcess:
+                         max_features: int, seed: int = 0, bag: str = "selected",
+                         dp: Optional[ClientDP] = None) -> sub_model.SubModelProcess:
   """FedAwS, `positive_only` or `fixed_class_embeddings` as a sub-model process
-  (`bag`: how clients receive the tower's embedding bag, `BAGS`)."""
+  (`bag`: how clients receive the tower's embedding bag, `BAGS`; `dp`: of the
+  dense tower)."""
   if config.algorithm == "softmax_oracle":
     raise ValueError("softmax_oracle is FedAvg: use build_softmax_oracle")
 
@@ -193,16 +196,16 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
       trains_rows=config.trains_rows,
       table_step=spreadout if config.spreads_out else None,
       bag=selected_bag(bag),
-      seed=seed))
+      seed=seed, dp=dp))
 
 
 def build_softmax_oracle(model_config: XCEncoderConfig, config: FedAwSConfig,
-                         max_features: int, seed: int = 0
+                         max_features: int, seed: int = 0, dp: Optional[ClientDP] = None
                          ) -> tff.learning.templates.LearningProcess:
   """FedAvg with full softmax over every class (the whole table goes both ways).
 
   The same client SGD and server step as FedAwS's tower, so the methods differ
-  only in what the clients see.
+  only in what the clients see. With `dp`, TFF's unweighted DP-FedAvg.
   """
 
   def model_fn() -> tff.learning.models.VariableModel:
@@ -213,20 +216,24 @@ def build_softmax_oracle(model_config: XCEncoderConfig, config: FedAwSConfig,
                      tf.TensorSpec([None, max_features], tf.float32)),
                     tf.TensorSpec([None], tf.int32)))
 
-  return tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
+  optimization = dict(
       client_optimizer_fn=optimizers.tff_optimizer(
           "sgd", config.client_learning_rate, "client_optimizer"),
       server_optimizer_fn=optimizers.tff_optimizer(
           config.server_optimizer, config.server_learning_rate, "server_optimizer"),
       loop_implementation=fedavg.CLIENT_LOOP)
+  if dp is not None:
+    return tff.learning.algorithms.build_unweighted_fed_avg(
+        model_fn, model_aggregator=differential_privacy.aggregator(
+            dp.config, dp.expected_clients), **optimization)
+  return tff.learning.algorithms.build_weighted_fed_avg(model_fn, **optimization)
 
 
 def build_process(model_config: XCEncoderConfig, config: FedAwSConfig,
-                  max_features: int, seed: int = 0, bag: str = "selected"
-                  ) -> sub_model.Process:
+                  max_features: int, seed: int = 0, bag: str = "selected",
+                  dp: Optional[ClientDP] = None) -> sub_model.Process:
   """The process of `config.algorithm` (the oracle keeps the whole model)."""
   if config.algorithm == "softmax_oracle":
     check_bag(bag)
-    return build_softmax_oracle(model_config, config, max_features, seed)
-  return build_fedaws_process(model_config, config, max_features, seed, bag)
+    return build_softmax_oracle(model_config, config, max_features, seed, dp)
+  return build_fedaws_process(model_config, config, max_features, seed, bag, dp)

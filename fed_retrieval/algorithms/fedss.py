@@ -30,6 +30,7 @@ import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import sub_model
+from fed_retrieval.algorithms.differential_privacy import ClientDP
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.models import scoring
 from fed_retrieval.models import xc_encoder
@@ -231,10 +232,11 @@ def bytes_per_client(tower_shapes, num_classes: int, dim: int, config: FedSSConf
 
 
 def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
-                     max_features: int, seed: int = 0, bag: str = "selected"
-                     ) -> sub_model.SubModelProcess:
+                     max_features: int, seed: int = 0, bag: str = "selected",
+                     dp: Optional[ClientDP] = None) -> sub_model.SubModelProcess:
   """FedSS or a baseline on the XC classifier (tower + class table); `bag`:
-  how clients receive the tower's embedding bag (full softmax: whole)."""
+  how clients receive the tower's embedding bag (full softmax: whole); `dp`:
+  of the dense tower (full softmax: of the whole model)."""
   num_classes = model_config.num_labels
   config = config.for_classes(num_classes)
   config.check_classes(num_classes)
@@ -255,7 +257,7 @@ def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
       initial_tower=xc_encoder.initial_tower_weights(model_config, seed),
       initial_table=xc_encoder.initial_class_table(model_config, seed),
       batch_type=fedaws.xc_batch_type(max_features),
-      bag=None if config.algorithm == "full_softmax" else selected)
+      bag=None if config.algorithm == "full_softmax" else selected, dp=dp)
 
 
 def _build_process(config: FedSSConfig, seed: int, num_classes: int, client_keys,

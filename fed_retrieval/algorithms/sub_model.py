@@ -41,6 +41,13 @@ no client held this round. Which mean (`row_mean`):
   examples, a row's delta counting as zero on clients that did not hold it
   (paper 003: "the same procedure as FedAvg is used for aggregating").
 
+With `dp` (`differential_privacy.ClientDP`) the dense part is aggregated as
+DP-FedAvg does: each client clips its tower delta (with `whole_table`, its
+tower and table deltas together), the server sums them, adds Gaussian noise
+and divides by the expected clients. The selected rows (class rows, a
+selected bag's rows) are not covered: which rows a client asks for reveals
+which keys it holds, whatever noise is added to their values.
+
 Model weights are the tower's then the table, or the table then the tower's
 (`table_first`), in the order of the task's Keras model's trainable variables.
 """
@@ -52,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import optimizers
 
 ROW_MEANS = ("holders", "clients")
@@ -97,6 +105,7 @@ class SubModelSpec:
   row_mean: str = "holders"
   bag: Optional[SelectedBag] = None
   seed: int = 0
+  dp: Optional[differential_privacy.ClientDP] = None  # Of the dense part.
 
   def __post_init__(self):
     if self.num_keys < 1:
@@ -110,6 +119,9 @@ class SubModelSpec:
     if (self.client_keys is None) != self.whole_table:
       raise ValueError("client_keys is needed exactly when clients select rows "
                        "(not whole_table)")
+    if self.dp is not None and self.dp.config.clipping != "fixed":
+      raise ValueError("--dp_clipping=adaptive: the sub-model algorithms clip at "
+                       "a fixed --clip_norm")
     if self.bag is not None and (self.whole_table or not self.initial_tower):
       raise ValueError("a selected bag needs a tower and selected rows (full "
                        "softmax keeps the whole model)")
@@ -287,12 +299,19 @@ class SubModelProcess:
                                                             is_real, dataset)
       deltas = [n - o for n, o in zip(new_tower, tower)]
       row_delta = new_rows - rows
+      if spec.dp is not None and spec.whole_table:
+        *deltas, row_delta = spec.dp.clipped(deltas + [row_delta])
+      elif spec.dp is not None and bagged:  # The bag's (deltas[0]) are rows.
+        deltas = deltas[:1] + spec.dp.clipped(deltas[1:])
+      elif spec.dp is not None:
+        deltas = spec.dp.clipped(deltas)
       if spec.whole_table:
         return (deltas, row_delta), loss_sum, count
       uploads = (row_delta, deltas[0], count) if bagged else (row_delta, count)
       return (deltas[1:] if bagged else deltas,), loss_sum, count, uploads
 
     weighted = spec.row_mean == "clients"
+    private = spec.dp is not None  # Clipped deltas: summed, noised on the server.
     server_broadcast = tff.FederatedType(broadcast_type, tff.SERVER)
     data_at_clients = tff.FederatedType(data_type, tff.CLIENTS)
 
@@ -305,6 +324,10 @@ class SubModelProcess:
       def whole_round(broadcast, client_data):
         shared, loss_sum, count = tff.federated_map(
             whole_update, (tff.federated_broadcast(broadcast), client_data))
+        if private:
+          return (tff.federated_zip((tff.federated_sum(shared[0]),
+                                     tff.federated_sum(shared[1]))),
+                  tff.federated_sum(loss_sum), tff.federated_sum(count))
         mean_table = (tff.federated_mean(shared[1], weight=count) if weighted
                       else tff.federated_mean(shared[1]))  # Every client holds every row.
         mean = tff.federated_zip((tff.federated_mean(shared[0], weight=count),
@@ -323,7 +346,8 @@ class SubModelProcess:
     def client_round(broadcast, answers, client_data):
       shared, loss_sum, count, uploads = tff.federated_map(
           client_update, (tff.federated_broadcast(broadcast), answers, client_data))
-      mean = tff.federated_zip((tff.federated_mean(shared[0], weight=count),))
+      mean = tff.federated_zip(((tff.federated_sum(shared[0]) if private else
+                                 tff.federated_mean(shared[0], weight=count)),))
       return mean, tff.federated_sum(loss_sum), tff.federated_sum(count), uploads
 
     return client_round
@@ -360,6 +384,12 @@ class SubModelProcess:
       mean, loss_sum, count, uploads = self.client_round(
           (list(dense),), self._answers(state, keys), client_data)
     mean_tower = [np.asarray(d) for d in mean[0]]
+    table_delta = np.asarray(mean[1]) if spec.whole_table else None
+    if spec.dp is not None:  # Sums of clipped updates -> their noised mean.
+      noised = spec.dp.noised_mean(
+          mean_tower + ([table_delta] if spec.whole_table else []), (spec.seed, round_num))
+      mean_tower = noised[:len(mean_tower)]
+      table_delta = noised[-1] if spec.whole_table else None
     if self._bagged:  # The bag's mean delta over every client, zeros where absent.
       ids, means = row_means([k[2] for k in keys], [u[1] for u in uploads],
                              [np.ones(len(k[2]), bool) for k in keys],
@@ -374,7 +404,7 @@ class SubModelProcess:
     if spec.trains_rows:
       table = table.copy()
       if spec.whole_table:
-        table += np.asarray(mean[1])
+        table += table_delta
         updated = np.arange(len(table), dtype=np.int32)
       else:
         updated, means = row_means([k[0] for k in keys], [u[0] for u in uploads],

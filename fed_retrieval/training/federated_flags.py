@@ -108,9 +108,10 @@ SERVER_EPSILON = flags.DEFINE_float(
     f"{federated_loop.SERVER_EPSILON}; otherwise TFF's, 1e-7 for adam).")
 NOISE_MULTIPLIER = flags.DEFINE_float(
     "noise_multiplier", None,
-    "Client-level DP (FedAvg, FedSGD; MovieLens, PU): Gaussian noise of this "
-    "times the clip on the sum of the clipped client updates, clients sampled "
-    "by Poisson, epsilon reported every round (none: no DP).")
+    "Client-level DP (FedAvg, FedSGD: MovieLens, PU, the XC oracle; the dense "
+    "tower of FedAwS/FedSS, fixed clip): Gaussian noise of this times the clip "
+    "on the sum of the clipped client updates, clients sampled by Poisson, "
+    "epsilon reported every round (none: no DP).")
 CLIP_NORM = flags.DEFINE_float(
     "clip_norm", _DP_DEFAULTS.clip_norm,
     "DP: the L2 norm each client update is clipped to (adaptive: where it starts).")
@@ -272,10 +273,6 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
   if flags.FLAGS[SERVER_EPSILON.name].present:
     raise ValueError("--server_epsilon is for MovieLens and PU; the XC algorithms "
                      "keep TFF's server optimizers as they are")
-  if NOISE_MULTIPLIER.value is not None:
-    raise ValueError("--noise_multiplier: client-level DP is built for FedAvg and "
-                     "FedSGD (MovieLens, PU), not yet for the XC algorithms, whose "
-                     "server answers each client with its own rows")
   fedaws_config = FedAwSConfig(
       hinge_margin=_or(model_flags.MARGIN.value, _XC_DEFAULTS.hinge_margin),
       spreadout=SPREADOUT.value,
@@ -293,7 +290,7 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
       checkpoint_every=CHECKPOINT_EVERY.value, patience=PATIENCE.value,
       min_delta=MIN_DELTA.value,
       smoothing=_or(SMOOTHING.value, _XC_LOOP_DEFAULTS.smoothing),
-      seed=model_flags.SEED.value)
+      seed=model_flags.SEED.value, dp=dp_config_from_flags())
 
 
 def given(holder, default):

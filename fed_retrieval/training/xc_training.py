@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from fed_retrieval import export
+from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms import sub_model
@@ -68,6 +69,9 @@ class XCFederatedConfig:
   smoothing: int = 3
   seed: int = 0
   ks: Tuple[int, ...] = classification_metrics.DEFAULT_KS
+  # Client-level DP of the dense tower (the oracle's and full softmax's whole
+  # model); the selected rows are not covered.
+  dp: Optional[differential_privacy.DPConfig] = None
 
   def __post_init__(self):
     if self.algorithm not in ALGORITHMS:
@@ -78,6 +82,11 @@ class XCFederatedConfig:
                        f"got '{self.architecture}'")
     fedaws.check_bag(self.bag)
     federated_loop.check_loop_settings(self)
+    differential_privacy.check_compatible(self, self.dp)
+    if (self.dp is not None and self.dp.clipping != "fixed" and
+        self.algorithm != "softmax_oracle"):
+      raise ValueError(f"--dp_clipping={self.dp.clipping}: --algorithm={self.algorithm} "
+                       "clips at a fixed --clip_norm (adaptive: softmax_oracle only)")
 
 
 def model_config_for(task: XCTask, config: XCFederatedConfig
@@ -115,11 +124,13 @@ def build_process(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
                   config: XCFederatedConfig) -> sub_model.Process:
   """The process of `config.algorithm` on the task's clients."""
   algorithm = algorithm_config(task, config)
+  dp = (None if config.dp is None else
+        differential_privacy.ClientDP(config.dp, config.clients_per_round))
   if isinstance(algorithm, FedSSConfig):
     return fedss.build_xc_process(model_config, algorithm, task.feature_width,
-                                  config.seed, config.bag)
+                                  config.seed, config.bag, dp)
   return fedaws.build_process(model_config, algorithm, task.feature_width, config.seed,
-                              config.bag)
+                              config.bag, dp)
 
 
 def round_bytes(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
