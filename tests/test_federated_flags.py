@@ -54,9 +54,14 @@ def test_xc_refuses_what_its_algorithms_do_not_take(flag):
 
 
 def test_xc_takes_dp_with_a_fixed_clip_and_the_oracle_an_adaptive_one():
-  config = resolved("--task=xc", "--noise_multiplier=1", "--clip_norm=0.2")
+  config = resolved("--task=xc", "--noise_multiplier=1", "--clip_norm=0.2",
+                    "--xc_bag=whole")
   assert (config["dp"]["noise_multiplier"], config["dp"]["clip_norm"]) == (1.0, 0.2)
   assert resolved("--task=xc", "--noise_multiplier=1", "--dp_clipping=adaptive")[
       "error"].startswith("--dp_clipping=adaptive: --algorithm=fedaws clips at a fixed")
+  # The linear tower with a selected bag has no dense weight for DP to cover.
+  assert resolved("--task=xc", "--noise_multiplier=1")["error"].startswith(
+      "--noise_multiplier: with --xc_architecture=linear and --xc_bag=selected")
+  assert resolved("--task=xc", "--noise_multiplier=1", "--xc_architecture=small")["dp"]
   assert resolved("--task=xc", "--algorithm=softmax_oracle", "--noise_multiplier=1",
                   "--dp_clipping=adaptive")["dp"]["clipping"] == "adaptive"

@@ -103,7 +103,7 @@ def test_a_bad_xc_file_fails_with_its_line_and_writes_nothing(tmp_path):
 def test_a_dp_run_reports_epsilon_every_round(tmp_path, algorithm):
   result = run("scripts.train_federated", *QUICK, "--synthetic_xc=xc_tiny",
                f"--algorithm={algorithm}", "--noise_multiplier=1", "--clip_norm=0.5",
-               f"--output_dir={tmp_path}/run")
+               "--xc_bag=whole", f"--output_dir={tmp_path}/run")
   assert result.returncode == 0, result.stderr[-3000:]
   with open(os.path.join(tmp_path, "run", "metrics.csv")) as f:
     epsilons = [float(r["epsilon"]) for r in csv.DictReader(f)]

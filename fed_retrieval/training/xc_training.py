@@ -87,6 +87,13 @@ class XCFederatedConfig:
         self.algorithm != "softmax_oracle"):
       raise ValueError(f"--dp_clipping={self.dp.clipping}: --algorithm={self.algorithm} "
                        "clips at a fixed --clip_norm (adaptive: softmax_oracle only)")
+    if (self.dp is not None and self.bag == "selected" and
+        self.algorithm not in ("softmax_oracle", "full_softmax") and
+        not ARCHITECTURES[self.architecture].get("dense_layers", True)):
+      raise ValueError(f"--noise_multiplier: with --xc_architecture={self.architecture} "
+                       "and --xc_bag=selected every weight a client updates is a selected "
+                       "row, which DP does not cover; give --xc_bag=whole (the bag is "
+                       "then dense and private) or a tower with dense layers")
 
 
 def model_config_for(task: XCTask, config: XCFederatedConfig
