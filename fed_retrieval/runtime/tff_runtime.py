@@ -91,6 +91,15 @@ def set_max_worker_restarts(count: int) -> None:
   _max_worker_restarts = count
 
 
+def _exit_with(line: str) -> None:
+  """Ends the program at once with `line` on stderr and WORKER_DIED_EXIT_CODE:
+  called from a watcher thread, where raising would end only that thread."""
+  sys.stdout.flush()
+  sys.stderr.write(line + "\n")
+  sys.stderr.flush()
+  os._exit(WORKER_DIED_EXIT_CODE)  # pylint: disable=protected-access
+
+
 def worker_died_message(death: WorkerDeath) -> str:
   return (f"error: the TFF worker (pid {death.pid}, port {death.port}) died "
           f"unexpectedly ({death.describe()}); re-run the same command to resume "
@@ -260,10 +269,7 @@ class LocalWorker:
       _deaths.append(death)
       self._channel.close()
       return
-    sys.stdout.flush()
-    sys.stderr.write(worker_died_message(death) + "\n")
-    sys.stderr.flush()
-    os._exit(WORKER_DIED_EXIT_CODE)  # pylint: disable=protected-access
+    _exit_with(worker_died_message(death))
 
   def stop(self) -> None:
     """Stops the worker (idempotent)."""
@@ -383,10 +389,7 @@ class RemoteWorkers:
     if not self.connected or state in (grpc.ChannelConnectivity.READY,
                                        grpc.ChannelConnectivity.CONNECTING):
       return
-    sys.stdout.flush()
-    sys.stderr.write(remote_worker_lost_message(address) + "\n")
-    sys.stderr.flush()
-    os._exit(WORKER_DIED_EXIT_CODE)  # pylint: disable=protected-access
+    _exit_with(remote_worker_lost_message(address))
 
   def close(self) -> None:
     self.connected = False
