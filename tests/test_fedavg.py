@@ -78,17 +78,48 @@ def test_sharded_fedavg_equals_fedavg_with_momentum_and_several_steps(tff_contex
           stock.metrics["client_work"]["train"]["num_examples"] == 6)
 
 
-def test_fedsgd_round_matches_hand_computation(tff_context):
+@pytest.mark.parametrize("shards,weights", [
+    (None, {"a": 2, "b": 1}),  # A TFF client each.
+    ([[CLIENT_A, CLIENT_B], [CLIENT_A]], {"a": 2 + 2, "b": 1}),  # Three in two shards.
+])
+def test_fedsgd_round_matches_hand_computation(tff_context, shards, weights):
   config = FederatedConfig(algorithm="fedsgd", server_optimizer="sgd",
-                           server_learning_rate=0.3)
-  gradient = (2 * mse_gradient(W0, CLIENT_A) + 1 * mse_gradient(W0, CLIENT_B)) / 3
-  np.testing.assert_allclose(run_round(config, [CLIENT_A, CLIENT_B]),
+                           server_learning_rate=0.3, client_shards=len(shards or []))
+  # The server steps along the example-weighted mean of the clients' gradients.
+  gradient = (weights["a"] * mse_gradient(W0, CLIENT_A) +
+              weights["b"] * mse_gradient(W0, CLIENT_B)) / (weights["a"] + weights["b"])
+  np.testing.assert_allclose(run_round(config, [CLIENT_A, CLIENT_B], shards),
                              W0 - 0.3 * gradient, rtol=1e-5)
+
+
+def test_sharded_fedsgd_equals_fedsgd_over_several_batches(tff_context):
+  # Batches of 2: a client's gradient is its batches' weighted by their examples.
+  clients = [(np.array([[1, 0], [0, 1], [1, 1]], np.float32),
+              np.array([1, 2, 0], np.float32)), CLIENT_B,
+             (np.array([[0, 2], [1, -1]], np.float32), np.array([3, 1], np.float32))]
+  config = FederatedConfig(algorithm="fedsgd", server_optimizer="adam",
+                           server_learning_rate=0.1, client_shards=0)
+  process = fedavg.build_learning_process(linear_model_fn, config)
+  stock = process.next(process.initialize(), [
+      tf.data.Dataset.from_tensor_slices(c).batch(2) for c in clients])
+  sharded_process = fedavg.build_learning_process(
+      linear_model_fn, dataclasses.replace(config, client_shards=2))
+  initial = sharded_process.initialize()
+  # The same state as TFF's FedSGD: a checkpoint of either resumes in the other.
+  assert (sharded_process.initialize.type_signature.result ==
+          process.initialize.type_signature.result)
+  sharded = sharded_process.next(initial, [shard(clients[:2], 2), shard(clients[2:], 2)])
+  np.testing.assert_allclose(
+      sharded_process.get_model_weights(sharded.state).trainable[0],
+      process.get_model_weights(stock.state).trainable[0], rtol=1e-6)
+  assert (sharded.metrics["client_work"]["train"]["num_examples"] ==
+          stock.metrics["client_work"]["train"]["num_examples"] == 6)
 
 
 @pytest.mark.parametrize("algorithm,shards", [
     ("fedavg", None), ("fedsgd", None),
-    ("fedavg", [[CLIENT_A, CLIENT_NAN], [CLIENT_B]])])
+    ("fedavg", [[CLIENT_A, CLIENT_NAN], [CLIENT_B]]),
+    ("fedsgd", [[CLIENT_A, CLIENT_NAN], [CLIENT_B]])])
 def test_non_finite_client_update_is_not_averaged_in(tff_context, algorithm, shards):
   config = FederatedConfig(algorithm=algorithm, client_learning_rate=0.1,
                            server_optimizer="sgd", client_shards=len(shards or []))

@@ -70,9 +70,9 @@ def build_learning_process(model_fn: ModelFn, config
   (`algorithm`, `client_optimizer`, `client_learning_rate`, `server_optimizer`,
   `server_learning_rate`, `server_epsilon`, `client_shards`, `dp`: a
   `federated_loop.FederatedConfig`, its client learning rate resolved). With
-  `client_shards`, FedAvg's `next` takes shards of clients
-  (`client_shards.build_sharded_fed_avg`); FedSGD and DP runs take one
-  dataset per client. With `dp`, the clients' updates are averaged unweighted,
+  `client_shards`, `next` takes shards of clients
+  (`client_shards.build_sharded_process`); DP runs take one dataset per
+  client. With `dp`, the clients' updates are averaged unweighted,
   clipped and noised (`differential_privacy`)."""
   config = config.resolved()
   server_optimizer = optimizers.tff_optimizer(
@@ -80,22 +80,22 @@ def build_learning_process(model_fn: ModelFn, config
       epsilon=config.server_epsilon)
   dp_aggregator = (None if config.dp is None else differential_privacy.aggregator(
       config.dp, config.clients_per_round))
+  client_optimizer = (None if config.algorithm == "fedsgd" else optimizers.tff_optimizer(
+      config.client_optimizer, config.client_learning_rate, "client_optimizer"))
+  if shards_of(config):
+    return client_shards.build_sharded_process(model_fn, server_optimizer,
+                                               client_optimizer)
   if config.algorithm == "fedsgd":
     return tff.learning.algorithms.build_fed_sgd(
         model_fn, server_optimizer_fn=server_optimizer,
         model_aggregator=(dp_aggregator and
                           tff.aggregators.as_weighted_aggregator(dp_aggregator)),
         loop_implementation=CLIENT_LOOP)
-  client_optimizer = optimizers.tff_optimizer(
-      config.client_optimizer, config.client_learning_rate, "client_optimizer")
   if dp_aggregator is not None:
     return tff.learning.algorithms.build_unweighted_fed_avg(
         model_fn, client_optimizer_fn=client_optimizer,
         server_optimizer_fn=server_optimizer, model_aggregator=dp_aggregator,
         loop_implementation=CLIENT_LOOP)
-  if shards_of(config):
-    return client_shards.build_sharded_fed_avg(model_fn, client_optimizer,
-                                               server_optimizer)
   return tff.learning.algorithms.build_weighted_fed_avg(
       model_fn, client_optimizer_fn=client_optimizer,
       server_optimizer_fn=server_optimizer, loop_implementation=CLIENT_LOOP)
@@ -103,8 +103,8 @@ def build_learning_process(model_fn: ModelFn, config
 
 def shards_of(config) -> int:
   """The shards a round's clients are trained in (0: a TFF client each):
-  `client_shards` for FedAvg without DP (clipping is per client)."""
-  if config.algorithm != "fedavg" or getattr(config, "dp", None) is not None:
+  `client_shards` without DP (clipping is per client)."""
+  if getattr(config, "dp", None) is not None:
     return 0
   return getattr(config, "client_shards", 0)  # XC run configs have none.
 

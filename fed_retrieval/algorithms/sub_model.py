@@ -170,11 +170,15 @@ def sgd_step(weight: tf.Tensor, grad, learning_rate: float) -> tf.Tensor:
 
 def local_training(spec: SubModelSpec, tower: Sequence[tf.Tensor], rows: tf.Tensor,
                    keys: tf.Tensor, is_real: tf.Tensor, dataset: tf.data.Dataset):
-  """SGD over the client's batches; returns (tower, rows, loss sum, examples)."""
+  """SGD over the client's batches; returns (tower, rows, loss sum, examples).
+
+  The batches are read with an iterator loop, not `dataset.reduce`: the
+  reduce op instantiates its step function anew on every call, which cost
+  ~0.1 s a client here, more than the client's training."""
 
   def step(state, batch):
     weights, current_rows, loss_sum, count = state
-    weights = list(weights)  # tf.data packs lists: the state holds a tuple.
+    weights = list(weights)  # The loop's state holds a tuple.
     with tf.GradientTape() as tape:
       tape.watch(weights + [current_rows])
       loss = spec.loss(weights, current_rows, keys, is_real, batch)
@@ -186,7 +190,13 @@ def local_training(spec: SubModelSpec, tower: Sequence[tf.Tensor], rows: tf.Tens
     examples = tf.cast(tf.shape(batch[1])[0], tf.float32)
     return weights, current_rows, loss_sum + loss * examples, count + examples
 
-  return dataset.reduce((tuple(tower), rows, tf.constant(0.0), tf.constant(0.0)), step)
+  @tf.function
+  def train(state, dataset):
+    for batch in iter(dataset):
+      state = step(state, batch)
+    return state
+
+  return train((tuple(tower), rows, tf.constant(0.0), tf.constant(0.0)), dataset)
 
 
 def row_means(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],

@@ -72,10 +72,10 @@ CLIENT_SAMPLING = flags.DEFINE_enum(
     "be trained on, as centrally; uniform without a cap.")
 CLIENT_SHARDS = flags.DEFINE_integer(
     "client_shards", None,
-    "FedAvg (MovieLens, PU): train a round's clients in this many TFF client "
-    "calls, each a shard of clients trained one after another (the same "
-    "average; far less TFF overhead per client); 0: one call per client, as "
-    f"FedSGD always does (default {_DEFAULTS.client_shards}).")
+    "FedAvg and FedSGD (MovieLens, PU): compute a round's clients in this many "
+    "TFF client calls, each a shard of clients done one after another (the "
+    "same average; far less TFF overhead per client); 0: one call per client, "
+    f"as DP runs always do (default {_DEFAULTS.client_shards}).")
 LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs,
                                     "Passes over its data a client makes per round.")
 MAX_LOCAL_STEPS = flags.DEFINE_integer(
@@ -268,7 +268,7 @@ def fedss_config_from_flags(algorithm: str = "fedss") -> FedSSConfig:
 def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
   """The XC run the flags describe (both families' settings; --algorithm picks)."""
   if flags.FLAGS[CLIENT_SHARDS.name].present:
-    raise ValueError("--client_shards is for FedAvg (MovieLens, PU): the XC "
+    raise ValueError("--client_shards is for FedAvg and FedSGD (MovieLens, PU): the XC "
                      "algorithms' server answers each client with its own rows")
   if flags.FLAGS[SERVER_EPSILON.name].present:
     raise ValueError("--server_epsilon is for MovieLens and PU; the XC algorithms "
