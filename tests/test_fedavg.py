@@ -116,6 +116,21 @@ def test_sharded_fedsgd_equals_fedsgd_over_several_batches(tff_context):
           stock.metrics["client_work"]["train"]["num_examples"] == 6)
 
 
+def test_server_learning_rate_halves_every_half_life(tff_context):
+  # Server SGD at 0.3 with a half-life of 2 rounds: 0.3, 0.3 / sqrt(2), 0.15.
+  config = FederatedConfig(algorithm="fedsgd", server_optimizer="sgd",
+                           server_learning_rate=0.3, server_learning_rate_half_life=2,
+                           client_shards=0)
+  process = fedavg.build_learning_process(linear_model_fn, config)
+  state, expected = process.initialize(), W0
+  for rate in (0.3, 0.3 / np.sqrt(2), 0.15):
+    state = process.next(state, [dataset(CLIENT_A)]).state
+    expected = expected - rate * mse_gradient(expected, CLIENT_A)
+    np.testing.assert_allclose(
+        np.asarray(process.get_model_weights(state).trainable[0]).reshape(2),
+        expected, rtol=1e-5)
+
+
 @pytest.mark.parametrize("algorithm,shards", [
     ("fedavg", None), ("fedsgd", None),
     ("fedavg", [[CLIENT_A, CLIENT_NAN], [CLIENT_B]]),

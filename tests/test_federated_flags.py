@@ -34,10 +34,13 @@ def test_movielens_defaults_and_flags():
   config = resolved()
   assert (config["server_epsilon"], config["client_shards"], config["client_sampling"]) == (
       1e-4, 2, None)
+  assert config["server_learning_rate_half_life"] == 0  # A constant rate.
   config = resolved("--server_epsilon=1e-3", "--client_shards=0",
-                    "--client_sampling=examples")
-  assert (config["server_epsilon"], config["client_shards"], config["client_sampling"]) == (
-      1e-3, 0, "examples")
+                    "--client_sampling=examples", "--server_learning_rate_half_life=50")
+  assert (config["server_epsilon"], config["client_shards"], config["client_sampling"],
+          config["server_learning_rate_half_life"]) == (1e-3, 0, "examples", 50)
+  assert resolved("--server_learning_rate_half_life=-1")["error"].startswith(
+      "--server_learning_rate_half_life must be >= 0")
 
 
 def test_pu_keeps_its_loop_and_sizes_local_work_unless_given():
@@ -48,7 +51,8 @@ def test_pu_keeps_its_loop_and_sizes_local_work_unless_given():
   assert not resolved("--task=pu", "--local_epochs=2")["size_local_work"]
 
 
-@pytest.mark.parametrize("flag", ["--client_shards=4", "--server_epsilon=1e-3"])
+@pytest.mark.parametrize("flag", ["--client_shards=4", "--server_epsilon=1e-3",
+                                  "--server_learning_rate_half_life=50"])
 def test_xc_refuses_what_its_algorithms_do_not_take(flag):
   assert resolved("--task=xc", flag)["error"].startswith(flag.split("=")[0])
 

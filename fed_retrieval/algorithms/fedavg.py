@@ -68,7 +68,8 @@ def build_learning_process(model_fn: ModelFn, config
                            ) -> tff.learning.templates.LearningProcess:
   """FedAvg (weighted by examples) or FedSGD with the optimizers of `config`
   (`algorithm`, `client_optimizer`, `client_learning_rate`, `server_optimizer`,
-  `server_learning_rate`, `server_epsilon`, `client_shards`, `dp`: a
+  `server_learning_rate`, `server_learning_rate_half_life`, `server_epsilon`,
+  `client_shards`, `dp`: a
   `federated_loop.FederatedConfig`, its client learning rate resolved). With
   `client_shards`, `next` takes shards of clients
   (`client_shards.build_sharded_process`); DP runs take one dataset per
@@ -78,6 +79,10 @@ def build_learning_process(model_fn: ModelFn, config
   server_optimizer = optimizers.tff_optimizer(
       config.server_optimizer, config.server_learning_rate, "server_optimizer",
       epsilon=config.server_epsilon)
+  if config.server_learning_rate_half_life:
+    server_optimizer = optimizers.with_half_life(
+        server_optimizer, config.server_learning_rate,
+        config.server_learning_rate_half_life, "server_learning_rate_half_life")
   dp_aggregator = (None if config.dp is None else differential_privacy.aggregator(
       config.dp, config.clients_per_round))
   client_optimizer = (None if config.algorithm == "fedsgd" else optimizers.tff_optimizer(

@@ -55,3 +55,15 @@ def tff_optimizer(name: str, learning_rate: float, flag: str,
       "yogi": lambda: tff.learning.optimizers.build_yogi(learning_rate, **adaptive),
   }
   return builders[name]()
+
+
+def with_half_life(optimizer: tff.learning.optimizers.Optimizer, learning_rate: float,
+                   half_life: float, flag: str) -> tff.learning.optimizers.Optimizer:
+  """`optimizer` whose learning rate is `learning_rate` * 0.5 ** (t / half_life)
+  at its t-th step (t from 0; a server optimizer steps once a round). Its
+  state gains the step count, so a run resumes on the schedule."""
+  if not half_life > 0:
+    raise ValueError(f"--{flag} must be > 0 (0: a constant rate), got {half_life}")
+  return tff.learning.optimizers.schedule_learning_rate(
+      optimizer, lambda step: learning_rate * tf.pow(
+          0.5, tf.cast(step, tf.float32) / half_life))

@@ -101,6 +101,10 @@ SERVER_LEARNING_RATE = flags.DEFINE_float(
     f"Server learning rate (default {_DEFAULTS.server_learning_rate}; FedAwS: "
     f"{_XC_DEFAULTS.server_learning_rate}; FedSS: "
     f"{_FEDSS_DEFAULTS.server_learning_rate}).")
+SERVER_LEARNING_RATE_HALF_LIFE = flags.DEFINE_float(
+    "server_learning_rate_half_life", None,
+    "MovieLens, PU: halve the server learning rate every this many rounds "
+    "(rate * 0.5 ** (round / half life)); 0, the default: a constant rate.")
 SERVER_EPSILON = flags.DEFINE_float(
     "server_epsilon", None,
     "MovieLens, PU: epsilon of an adaptive server optimizer (adam, adagrad, "
@@ -177,7 +181,8 @@ MIN_DELTA = flags.DEFINE_float(
 # What --help lists (`scripts.cli.run(help_groups=...)`).
 FEDERATED_FLAGS = ("Federated training", None, (
     ALGORITHM, ROUNDS, CLIENTS_PER_ROUND, CLIENT_SAMPLING, CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER,
-    CLIENT_LEARNING_RATE, SERVER_OPTIMIZER, SERVER_LEARNING_RATE, SERVER_EPSILON, EVAL_EVERY,
+    CLIENT_LEARNING_RATE, SERVER_OPTIMIZER, SERVER_LEARNING_RATE,
+    SERVER_LEARNING_RATE_HALF_LIFE, SERVER_EPSILON, EVAL_EVERY,
     CHECKPOINT_EVERY, PATIENCE, MIN_DELTA, SMOOTHING, MAX_WORKER_RESTARTS, WORKERS,
     TRUSTED_NETWORK))
 DP_FLAGS = ("Client-level differential privacy (FedAvg, FedSGD)", None, (
@@ -209,6 +214,8 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       server_optimizer=_or(SERVER_OPTIMIZER.value, _DEFAULTS.server_optimizer),
       server_learning_rate=_or(SERVER_LEARNING_RATE.value,
                                _DEFAULTS.server_learning_rate),
+      server_learning_rate_half_life=_or(SERVER_LEARNING_RATE_HALF_LIFE.value,
+                                         _DEFAULTS.server_learning_rate_half_life),
       server_epsilon=_or(SERVER_EPSILON.value, _DEFAULTS.server_epsilon),
       dp=dp_config_from_flags(),
       eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value,
@@ -259,6 +266,15 @@ def _optimization_from_flags(defaults) -> dict:
       server_learning_rate=_or(SERVER_LEARNING_RATE.value, defaults.server_learning_rate))
 
 
+def refuse_server_optimizer_flags(algorithms: str) -> None:
+  """`algorithms` keep TFF's server optimizers: the flags that change
+  FedAvg's and FedSGD's are refused, not ignored."""
+  for flag in (SERVER_EPSILON, SERVER_LEARNING_RATE_HALF_LIFE):
+    if flags.FLAGS[flag.name].present:
+      raise ValueError(f"--{flag.name} is for FedAvg and FedSGD (MovieLens, PU); "
+                       f"{algorithms} keep TFF's server optimizers as they are")
+
+
 def fedss_config_from_flags(algorithm: str = "fedss") -> FedSSConfig:
   return FedSSConfig(algorithm=algorithm, num_negatives=NUM_NEGATIVES.value,
                      log_q=LOG_Q.value, row_mean=ROW_MEAN.value,
@@ -270,9 +286,7 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
   if flags.FLAGS[CLIENT_SHARDS.name].present:
     raise ValueError("--client_shards is for FedAvg and FedSGD (MovieLens, PU): the XC "
                      "algorithms' server answers each client with its own rows")
-  if flags.FLAGS[SERVER_EPSILON.name].present:
-    raise ValueError("--server_epsilon is for MovieLens and PU; the XC algorithms "
-                     "keep TFF's server optimizers as they are")
+  refuse_server_optimizer_flags("the XC algorithms")
   fedaws_config = FedAwSConfig(
       hinge_margin=_or(model_flags.MARGIN.value, _XC_DEFAULTS.hinge_margin),
       spreadout=SPREADOUT.value,
@@ -317,6 +331,8 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       batch_size=given(model_flags.BATCH_SIZE, loop.batch_size),
       client_optimizer=given(CLIENT_OPTIMIZER, loop.client_optimizer),
       **_optimization_from_flags(loop),
+      server_learning_rate_half_life=_or(SERVER_LEARNING_RATE_HALF_LIFE.value,
+                                         loop.server_learning_rate_half_life),
       server_epsilon=_or(SERVER_EPSILON.value, loop.server_epsilon),
       dp=dp_config_from_flags(),
       eval_every=given(EVAL_EVERY, loop.eval_every),

@@ -106,6 +106,7 @@ class FederatedConfig:
   client_learning_rate: Optional[float] = None
   server_optimizer: str = "adam"
   server_learning_rate: float = 0.05
+  server_learning_rate_half_life: float = 0.0  # Rounds; 0: a constant rate.
   server_epsilon: Optional[float] = SERVER_EPSILON
   dp: Optional[differential_privacy.DPConfig] = None  # Client-level DP.
   eval_every: int = 5
@@ -140,6 +141,9 @@ def check_loop_settings(config) -> None:
       raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
   if getattr(config, "client_shards", 0) < 0:  # XC run configs have none.
     raise ValueError(f"--client_shards must be >= 0, got {config.client_shards}")
+  if getattr(config, "server_learning_rate_half_life", 0) < 0:
+    raise ValueError("--server_learning_rate_half_life must be >= 0 (0: a constant "
+                     f"rate), got {config.server_learning_rate_half_life}")
   if config.max_local_steps is not None and config.max_local_steps < 1:
     raise ValueError(f"--max_local_steps must be >= 1, got {config.max_local_steps}")
   client_sampling.check_client_sampling(config.client_sampling)
