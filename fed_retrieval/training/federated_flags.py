@@ -165,9 +165,11 @@ EVAL_EVERY = flags.DEFINE_integer("eval_every", _DEFAULTS.eval_every,
 CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", _DEFAULTS.checkpoint_every,
                                         "Save the server state every N rounds.")
 PATIENCE = flags.DEFINE_integer(
-    "patience", _DEFAULTS.patience,
+    "patience", None,
     "Stop after this many validation evaluations without improvement "
-    "(0: train all --rounds); the best evaluated model is reported.")
+    "(0: train all --rounds); the best evaluated model is reported (default "
+    f"{_DEFAULTS.patience}; XC: {_XC_LOOP_DEFAULTS.patience}; PU: "
+    f"{_PU_DEFAULTS.federated.patience}, its fixed budget).")
 SMOOTHING = flags.DEFINE_integer(
     "smoothing", None,
     f"Early stopping compares trailing means of this many validation evaluations "
@@ -219,7 +221,7 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       server_epsilon=_or(SERVER_EPSILON.value, _DEFAULTS.server_epsilon),
       dp=dp_config_from_flags(),
       eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value,
-      patience=PATIENCE.value, min_delta=MIN_DELTA.value,
+      patience=_or(PATIENCE.value, _DEFAULTS.patience), min_delta=MIN_DELTA.value,
       smoothing=_or(SMOOTHING.value, _DEFAULTS.smoothing),
       seed=model_flags.SEED.value, ks=model_flags.ks_from_flag())
 
@@ -301,7 +303,8 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
       max_local_steps=_max_local_steps(_XC_LOOP_DEFAULTS.max_local_steps),
       client_sampling=CLIENT_SAMPLING.value,
       batch_size=model_flags.BATCH_SIZE.value, eval_every=EVAL_EVERY.value,
-      checkpoint_every=CHECKPOINT_EVERY.value, patience=PATIENCE.value,
+      checkpoint_every=CHECKPOINT_EVERY.value,
+      patience=_or(PATIENCE.value, _XC_LOOP_DEFAULTS.patience),
       min_delta=MIN_DELTA.value,
       smoothing=_or(SMOOTHING.value, _XC_LOOP_DEFAULTS.smoothing),
       seed=model_flags.SEED.value, dp=dp_config_from_flags())
