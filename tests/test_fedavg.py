@@ -179,3 +179,28 @@ def test_recall_metrics_run_in_tff_only_when_asked(tff_context, ks, expected):
   assert set(train) - {"loss", "num_examples", "num_batches"} == expected
   if ks:
     assert 0.0 <= train["global_recall_at_10"] <= 1.0
+
+
+def test_sharded_fedsgd_equals_fedsgd_on_embedding_rows(tff_context):
+  # The dual encoder's embedding gradients are sparse rows (IndexedSlices);
+  # item 3 appears in several batches and clients, so its rows must add up.
+  from fed_retrieval.models import dual_encoder  # pylint: disable=g-import-not-at-top
+  model_fn = fedavg.retrieval_model_fn(
+      dual_encoder.DualEncoderConfig(vocabulary_size=12, max_context_length=3),
+      ObjectiveConfig("global_softmax"))
+  contexts = np.array([[1, 3, 0], [3, 0, 0], [4, 5, 3], [2, 3, 0], [6, 0, 0]], np.int32)
+  labels = np.array([3, 7, 3, 8, 3], np.int32)
+  points = {"0": np.arange(0, 3), "1": np.arange(3, 5)}
+  data = client_data.ClientDatasets(contexts, labels, points)
+  config = FederatedConfig(algorithm="fedsgd", server_optimizer="sgd",
+                           server_learning_rate=1.0, client_shards=0)
+  stock_process = fedavg.build_learning_process(model_fn, config)
+  stock = stock_process.next(stock_process.initialize(), [
+      data.training_dataset(c, 2, 1, None) for c in ("0", "1")])
+  sharded_process = fedavg.build_learning_process(
+      model_fn, dataclasses.replace(config, client_shards=1))
+  sharded = sharded_process.next(sharded_process.initialize(),
+                                 [data.shard_dataset(["0", "1"], 2, 1, [None, None])])
+  for got, want in zip(sharded_process.get_model_weights(sharded.state).trainable,
+                       stock_process.get_model_weights(stock.state).trainable):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
