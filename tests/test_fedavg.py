@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from fed_retrieval.algorithms import fedavg
+from fed_retrieval.algorithms import optimizers
 from fed_retrieval.training.federated_loop import FederatedConfig
 from losses.registry import ObjectiveConfig
 from tasks import client_data
@@ -161,6 +162,20 @@ def test_bad_optimizer_names_the_flag():
   with pytest.raises(ValueError, match="--server_optimizer: unknown optimizer 'lbfgs'"):
     fedavg.build_learning_process(
         linear_model_fn, FederatedConfig(server_optimizer="lbfgs"))
+
+
+def test_add_scaled_adds_dense_and_repeated_embedding_rows():
+  total = np.arange(8, dtype=np.float32).reshape(4, 2)
+  dense = np.ones((4, 2), np.float32)
+  np.testing.assert_allclose(optimizers.add_scaled(total, tf.constant(dense), -0.5),
+                             total - 0.5)
+  rows = tf.IndexedSlices(tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]),
+                          tf.constant([2, 0, 2]), tf.constant([4, 2]))
+  expected = total.copy()
+  expected[2] += 2.0 * np.array([1.0 + 5.0, 2.0 + 6.0])  # Row 2 twice: summed.
+  expected[0] += 2.0 * np.array([3.0, 4.0])
+  np.testing.assert_allclose(optimizers.add_scaled(tf.constant(total), rows, 2.0),
+                             expected)
 
 
 @pytest.mark.parametrize("ks,expected", [

@@ -32,15 +32,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fed_retrieval.algorithms import optimizers
+
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 Optimizer = tff.learning.optimizers.Optimizer
-
-
-def _add_scaled(total: tf.Tensor, value, scale: tf.Tensor) -> tf.Tensor:
-  """total + scale * value, scattered for embedding rows (IndexedSlices)."""
-  if isinstance(value, tf.IndexedSlices):
-    return tf.tensor_scatter_nd_add(total, value.indices[:, None], scale * value.values)
-  return total + scale * value
 
 
 def _shard_update_fn(model: tff.learning.models.VariableModel,
@@ -109,7 +104,7 @@ def _shard_update_fn(model: tff.learning.models.VariableModel,
           v.assign(t)
       else:
         batch_examples = tf.cast(output.num_examples, tf.float32)
-        gradient_sum = tuple(_add_scaled(total, g, batch_examples)
+        gradient_sum = tuple(optimizers.add_scaled(total, g, batch_examples)
                              for total, g in zip(gradient_sum, gradients))
       client_examples += tf.cast(output.num_examples, tf.int64)
     if client_examples > 0:

@@ -35,6 +35,15 @@ def keras_optimizer(name: str, learning_rate: float,
                    "(tff.learning.optimizers); Keras 2.14 has no Yogi")
 
 
+def add_scaled(total: tf.Tensor, value, scale) -> tf.Tensor:
+  """total + scale * value, scattered when `value` is embedding rows
+  (IndexedSlices, whose repeated rows add up): an SGD step is
+  `add_scaled(weight, gradient, -learning_rate)`."""
+  if isinstance(value, tf.IndexedSlices):
+    return tf.tensor_scatter_nd_add(total, value.indices[:, None], scale * value.values)
+  return total + scale * value
+
+
 def tff_optimizer(name: str, learning_rate: float, flag: str,
                   epsilon: Optional[float] = None) -> tff.learning.optimizers.Optimizer:
   """A TFF optimizer by name. `epsilon` (None: TFF's own, 1e-7 for Adam and

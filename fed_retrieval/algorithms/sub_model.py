@@ -160,14 +160,6 @@ def _tensor_type(shape, dtype=np.float32) -> tff.TensorType:
   return tff.TensorType(dtype, shape)
 
 
-def sgd_step(weight: tf.Tensor, grad, learning_rate: float) -> tf.Tensor:
-  """weight - learning_rate * grad, sparse for embedding rows (IndexedSlices)."""
-  if isinstance(grad, tf.IndexedSlices):
-    return tf.tensor_scatter_nd_sub(weight, grad.indices[:, None],
-                                    learning_rate * grad.values)
-  return weight - learning_rate * grad
-
-
 def local_training(spec: SubModelSpec, tower: Sequence[tf.Tensor], rows: tf.Tensor,
                    keys: tf.Tensor, is_real: tf.Tensor, dataset: tf.data.Dataset):
   """SGD over the client's batches; returns (tower, rows, loss sum, examples).
@@ -183,10 +175,11 @@ def local_training(spec: SubModelSpec, tower: Sequence[tf.Tensor], rows: tf.Tens
       tape.watch(weights + [current_rows])
       loss = spec.loss(weights, current_rows, keys, is_real, batch)
     grads = tape.gradient(loss, weights + [current_rows])
-    weights = tuple(sgd_step(w, g, spec.client_learning_rate)
+    weights = tuple(optimizers.add_scaled(w, g, -spec.client_learning_rate)
                     for w, g in zip(weights, grads[:-1]))
     if spec.trains_rows:
-      current_rows = sgd_step(current_rows, grads[-1], spec.client_learning_rate)
+      current_rows = optimizers.add_scaled(current_rows, grads[-1],
+                                            -spec.client_learning_rate)
     examples = tf.cast(tf.shape(batch[1])[0], tf.float32)
     return weights, current_rows, loss_sum + loss * examples, count + examples
 
