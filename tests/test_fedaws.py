@@ -15,6 +15,7 @@ from tests.xc_reference import all_client_shapes
 from tests.xc_reference import dataset
 from tests.xc_reference import numeric_sgd_step
 from tests.xc_reference import numpy_tower
+from tests.xc_reference import round_data
 from tests.xc_reference import server_average
 
 
@@ -25,17 +26,20 @@ def numpy_loss(weights, row, ids, values, margin=0.9):
   return np.mean(np.maximum(margin - g @ w, 0.0) ** 2)
 
 
-@pytest.mark.parametrize("bag", fedaws.BAGS)
-def test_one_round_matches_a_hand_computation(bag):
+@pytest.mark.parametrize("bag,shards", [
+    ("selected", None), ("whole", None),
+    ("selected", [[0, 1], [2]]),  # Two TFF clients: the first does two clients.
+    ("whole", [[0, 1, 2]])])
+def test_one_round_matches_a_hand_computation(bag, shards):
   config = FedAwSConfig(client_learning_rate=0.3, server_optimizer="sgd",
                         server_learning_rate=1.0, spreadout="topk", spreadout_k=2,
                         spreadout_lambda=2.0)
   process = fedaws.build_fedaws_process(MODEL, config, max_features=WIDTH, seed=3,
-                                        bag=bag)
+                                        bag=bag, sharded=shards is not None)
   state = process.initialize()
   start = [np.asarray(w, np.float64) for w in process.get_model_weights(state).trainable]
   tower, table = start[:-1], start[-1]
-  out = process.next(state, [dataset(*c) for c in CLIENTS])
+  out = process.next(state, round_data(CLIENTS, shards))
   got = [np.asarray(w) for w in process.get_model_weights(out.state).trainable]
 
   tower_deltas, row_deltas, sizes = [], {1: [], 3: []}, []
@@ -125,7 +129,7 @@ def test_positive_only_collapses_while_fedaws_spreads_out():
 
 def test_bag_keys_and_localized_features_by_hand():
   data = dataset(*CLIENTS[2])  # Feature ids [[3, 4], [2, 0]].
-  keys = xc_encoder.bag_keys(data)
+  keys = xc_encoder.bag_keys(next(iter(data)))  # Its examples as one batch.
   np.testing.assert_array_equal(keys.numpy(), [0, 2, 3, 4])
   (positions, values), labels = xc_encoder.localize_features(
       next(iter(data)), keys)

@@ -51,10 +51,17 @@ def test_pu_keeps_its_loop_and_sizes_local_work_unless_given():
   assert not resolved("--task=pu", "--local_epochs=2")["size_local_work"]
 
 
-@pytest.mark.parametrize("flag", ["--client_shards=4", "--server_epsilon=1e-3",
+@pytest.mark.parametrize("flag", ["--server_epsilon=1e-3",
                                   "--server_learning_rate_half_life=50"])
 def test_xc_refuses_what_its_algorithms_do_not_take(flag):
   assert resolved("--task=xc", flag)["error"].startswith(flag.split("=")[0])
+
+
+def test_xc_shards_its_clients_unless_private():
+  assert resolved("--task=xc")["client_shards"] == 2
+  assert resolved("--task=xc", "--client_shards=0")["client_shards"] == 0
+  assert resolved("--task=xc", "--client_shards=3", "--noise_multiplier=1",
+                  "--xc_bag=whole")["error"].startswith("--client_shards: a DP run")
 
 
 def test_xc_takes_dp_with_a_fixed_clip_and_the_oracle_an_adaptive_one():

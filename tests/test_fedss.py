@@ -13,6 +13,7 @@ from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.training import checkpoints
+from fed_retrieval.training import federated_loop
 from fed_retrieval.training import xc_training
 from losses import sampled_softmax
 from tasks.xc import xc_task
@@ -20,6 +21,7 @@ from tests.xc_reference import all_client_shapes
 from tests.xc_reference import dataset
 from tests.xc_reference import numeric_sgd_step
 from tests.xc_reference import numpy_tower
+from tests.xc_reference import round_data
 from tests.xc_reference import server_average
 
 MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=8, bag_dim=3,
@@ -200,18 +202,22 @@ def numpy_round_loss(tower, rows, ids, values, positions, allowed, scale):
   return numpy_candidate_loss(scale * g @ unit.T, positions, allowed)
 
 
-@pytest.mark.parametrize("row_mean,bag", [("holders", "selected"), ("clients", "selected"),
-                                          ("holders", "whole")])
-def test_one_fedss_round_matches_a_hand_computation(row_mean, bag):
+@pytest.mark.parametrize("row_mean,bag,shards", [
+    ("holders", "selected", None), ("clients", "selected", None),
+    ("holders", "whole", None),
+    ("clients", "selected", [[0, 1]]),  # One TFF client does both clients.
+    ("holders", "whole", [[0], [1]])])
+def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards):
   config = FedSSConfig(num_negatives=3, positives_per_client=2, client_learning_rate=0.4,
                        server_optimizer="sgd", server_learning_rate=1.0,
                        row_mean=row_mean)
-  process = fedss.build_xc_process(MODEL, config, max_features=WIDTH, seed=3, bag=bag)
+  process = fedss.build_xc_process(MODEL, config, max_features=WIDTH, seed=3, bag=bag,
+                                   sharded=shards is not None)
   state = process.initialize()
   start = [np.asarray(w, np.float64) for w in process.get_model_weights(state).trainable]
   tower, table = start[:-1], start[-1]
   got = [np.asarray(w) for w in process.get_model_weights(
-      process.next(state, [dataset(*c) for c in CLIENTS]).state).trainable]
+      process.next(state, round_data(CLIENTS, shards)).state).trainable]
 
   tower_deltas, row_deltas, weighted_row_deltas, sizes = [], {}, {}, []
   for ids, values, labels in CLIENTS:
@@ -262,13 +268,17 @@ def test_bytes_follow_the_shapes_and_only_full_softmax_sends_the_table():
       assert up == tower + 4 * keys * MODEL.embedding_dim + 3 * 4 * keys + 8
 
 
-def test_movielens_key_set_covers_contexts_and_labels_and_skips_padding():
+@pytest.mark.parametrize("sharded", [False, True])
+def test_movielens_key_set_covers_contexts_and_labels_and_skips_padding(sharded):
   model = dual_encoder.DualEncoderConfig(vocabulary_size=30, max_context_length=3,
                                          embedding_dim=4)
   config = FedSSConfig(num_negatives=5, positives_per_client=6)
-  process = fedss.build_movielens_process(model, config, temperature=0.05)
+  process = fedss.build_movielens_process(model, config, temperature=0.05,
+                                          sharded=sharded)
   data = tf.data.Dataset.from_tensor_slices(
       (np.array([[1, 2, 0], [2, 3, 4]], np.int32), np.array([5, 6], np.int32))).batch(2)
+  if sharded:  # A shard of this one client: its batch starts it.
+    data = data.map(lambda context, label: ((context, label), True))
   state = process.initialize()
   before = np.asarray(process.get_model_weights(state).trainable[0])
   after = np.asarray(process.get_model_weights(process.next(state, [data]).state)
@@ -276,6 +286,33 @@ def test_movielens_key_set_covers_contexts_and_labels_and_skips_padding():
   moved = set(np.flatnonzero(np.abs(after - before).sum(1) > 0))
   assert {1, 2, 3, 4, 5, 6} <= moved  # Every item the client touches ...
   assert 0 not in moved and len(moved) <= 6 + 5  # ... plus at most its negatives.
+
+
+@pytest.mark.parametrize("algorithm,row_mean", [
+    ("fedss", "clients"), ("full_softmax", "holders"), ("full_softmax", "clients"),
+    ("softmax_oracle", "holders")])
+def test_sharded_rounds_equal_a_tff_client_each(tff_context, algorithm, row_mean):
+  # Two rounds with server Adam, seeded shuffles and several batches a client:
+  # 5 clients in 2 TFF calls train and aggregate as 5 calls do.
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      synthetic="xc_tiny", partition="k_labels_per_client", labels_per_client=3))
+  clients = task.clients.client_ids[:5]
+  weights = []
+  for shards in (0, 2):
+    config = xc_training.XCFederatedConfig(
+        algorithm=algorithm, fedss=FedSSConfig(num_negatives=5, row_mean=row_mean),
+        clients_per_round=5, client_shards=shards)
+    process = xc_training.build_process(task, xc_training.model_config_for(task, config),
+                                        config)
+    state = process.initialize()
+    for round_num in range(2):
+      state = process.next(state, federated_loop.round_datasets(
+          task.clients, clients, config, round_num, shards)).state
+    weights.append(process.get_model_weights(state).trainable)
+  for alone, sharded in zip(*weights):
+    np.testing.assert_allclose(sharded, alone, atol=1e-5)
+  assert any(np.any(a != b) for a, b in zip(
+      weights[0], process.get_model_weights(process.initialize()).trainable))
 
 
 def test_default_negatives_are_five_percent_of_the_classes():

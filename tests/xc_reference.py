@@ -5,6 +5,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval.models import xc_encoder
+from tasks import client_data
 
 # The small XC model and three clients the algorithm tests train by hand.
 MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=5, bag_dim=3,
@@ -22,6 +23,22 @@ CLIENTS = [
 def dataset(ids, values, labels):
   return tf.data.Dataset.from_tensor_slices(
       ((ids.astype(np.int32), values.astype(np.float32)), labels.astype(np.int32))).batch(8)
+
+
+def round_data(clients, shards=None):
+  """A round's datasets of `clients` (ids, values, labels): one each, or with
+  `shards` (lists of client positions) one shard dataset of each list, as a
+  sharded process takes them."""
+  if shards is None:
+    return [dataset(*c) for c in clients]
+  sizes = np.cumsum([0] + [len(c[2]) for c in clients])
+  data = client_data.ClientDatasets(
+      (np.concatenate([c[0] for c in clients]).astype(np.int32),
+       np.concatenate([c[1] for c in clients]).astype(np.float32)),
+      np.concatenate([c[2] for c in clients]).astype(np.int32),
+      {str(i): np.arange(sizes[i], sizes[i + 1]) for i in range(len(clients))})
+  return [data.shard_dataset([str(i) for i in shard], 8, 1, [None] * len(shard))
+          for shard in shards]
 
 
 def numpy_tower(weights, ids, values):

@@ -111,7 +111,7 @@ def shards_of(config) -> int:
   `client_shards` without DP (clipping is per client)."""
   if getattr(config, "dp", None) is not None:
     return 0
-  return getattr(config, "client_shards", 0)  # XC run configs have none.
+  return config.client_shards
 
 
 def bytes_per_client(weight_shapes: Sequence[Sequence[int]]) -> Tuple[int, int]:

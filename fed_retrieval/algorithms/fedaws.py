@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fed_retrieval.algorithms import client_shards
 from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import optimizers
@@ -115,11 +116,6 @@ def client_keys(labels: tf.Tensor, rows_per_client: int) -> Tuple[tf.Tensor, tf.
           tf.range(rows_per_client) < count)
 
 
-def dataset_labels(dataset: tf.data.Dataset) -> tf.Tensor:
-  """Every label of a client's (inputs, labels) batches, in one vector."""
-  return dataset.map(lambda x, y: y).unbatch().batch(2 ** 31 - 1).get_single_element()
-
-
 def positions_in(labels: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
   """The position of each label among the keys (the first, if repeated)."""
   return tf.argmax(tf.cast(tf.equal(labels[:, None], keys[None, :]), tf.int32),
@@ -163,10 +159,11 @@ def bytes_per_client(model_config: XCEncoderConfig, config: FedAwSConfig,
 
 def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
                          max_features: int, seed: int = 0, bag: str = "selected",
-                         dp: Optional[ClientDP] = None) -> sub_model.SubModelProcess:
+                         dp: Optional[ClientDP] = None, sharded: bool = False
+                         ) -> sub_model.SubModelProcess:
   """FedAwS, `positive_only` or `fixed_class_embeddings` as a sub-model process
   (`bag`: how clients receive the tower's embedding bag, `BAGS`; `dp`: of the
-  dense tower)."""
+  dense tower; `sharded`: `next` takes shards of clients)."""
   if config.algorithm == "softmax_oracle":
     raise ValueError("softmax_oracle is FedAvg: use build_softmax_oracle")
 
@@ -187,8 +184,7 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
       initial_table=xc_encoder.initial_class_table(model_config, seed),
       batch_type=xc_batch_type(max_features),
       num_keys=config.rows_per_client,
-      client_keys=lambda dataset, _: client_keys(dataset_labels(dataset),
-                                                 config.rows_per_client),
+      client_keys=lambda examples, _: client_keys(examples[1], config.rows_per_client),
       loss=loss,
       client_learning_rate=config.client_learning_rate,
       server_optimizer=config.server_optimizer,
@@ -196,16 +192,17 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
       trains_rows=config.trains_rows,
       table_step=spreadout if config.spreads_out else None,
       bag=selected_bag(bag),
-      seed=seed, dp=dp))
+      seed=seed, dp=dp, sharded=sharded))
 
 
 def build_softmax_oracle(model_config: XCEncoderConfig, config: FedAwSConfig,
-                         max_features: int, seed: int = 0, dp: Optional[ClientDP] = None
-                         ) -> tff.learning.templates.LearningProcess:
+                         max_features: int, seed: int = 0, dp: Optional[ClientDP] = None,
+                         sharded: bool = False) -> tff.learning.templates.LearningProcess:
   """FedAvg with full softmax over every class (the whole table goes both ways).
 
   The same client SGD and server step as FedAwS's tower, so the methods differ
-  only in what the clients see. With `dp`, TFF's unweighted DP-FedAvg.
+  only in what the clients see. With `dp`, TFF's unweighted DP-FedAvg; with
+  `sharded`, the same FedAvg over shards of clients (`client_shards`).
   """
 
   def model_fn() -> tff.learning.models.VariableModel:
@@ -226,14 +223,20 @@ def build_softmax_oracle(model_config: XCEncoderConfig, config: FedAwSConfig,
     return tff.learning.algorithms.build_unweighted_fed_avg(
         model_fn, model_aggregator=differential_privacy.aggregator(
             dp.config, dp.expected_clients), **optimization)
+  if sharded:
+    return client_shards.build_sharded_process(
+        model_fn, optimization["server_optimizer_fn"],
+        optimization["client_optimizer_fn"])
   return tff.learning.algorithms.build_weighted_fed_avg(model_fn, **optimization)
 
 
 def build_process(model_config: XCEncoderConfig, config: FedAwSConfig,
                   max_features: int, seed: int = 0, bag: str = "selected",
-                  dp: Optional[ClientDP] = None) -> sub_model.Process:
+                  dp: Optional[ClientDP] = None, sharded: bool = False
+                  ) -> sub_model.Process:
   """The process of `config.algorithm` (the oracle keeps the whole model)."""
   if config.algorithm == "softmax_oracle":
     check_bag(bag)
-    return build_softmax_oracle(model_config, config, max_features, seed, dp)
-  return build_fedaws_process(model_config, config, max_features, seed, bag, dp)
+    return build_softmax_oracle(model_config, config, max_features, seed, dp, sharded)
+  return build_fedaws_process(model_config, config, max_features, seed, bag, dp,
+                              sharded)

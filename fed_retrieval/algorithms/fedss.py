@@ -233,17 +233,19 @@ def bytes_per_client(tower_shapes, num_classes: int, dim: int, config: FedSSConf
 
 def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
                      max_features: int, seed: int = 0, bag: str = "selected",
-                     dp: Optional[ClientDP] = None) -> sub_model.SubModelProcess:
+                     dp: Optional[ClientDP] = None, sharded: bool = False
+                     ) -> sub_model.SubModelProcess:
   """FedSS or a baseline on the XC classifier (tower + class table); `bag`:
   how clients receive the tower's embedding bag (full softmax: whole); `dp`:
-  of the dense tower (full softmax: of the whole model)."""
+  of the dense tower (full softmax: of the whole model); `sharded`: `next`
+  takes shards of clients."""
   num_classes = model_config.num_labels
   config = config.for_classes(num_classes)
   config.check_classes(num_classes)
   selected = fedaws.selected_bag(bag)
 
-  def client_keys(dataset, round_seed):
-    return sample_key_set(fedaws.dataset_labels(dataset), config.positives_per_client,
+  def client_keys(examples, round_seed):
+    return sample_key_set(examples[1], config.positives_per_client,
                           num_classes, config.negatives, round_seed)
 
   def loss(tower, rows, keys, is_real, batch):
@@ -257,7 +259,8 @@ def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
       initial_tower=xc_encoder.initial_tower_weights(model_config, seed),
       initial_table=xc_encoder.initial_class_table(model_config, seed),
       batch_type=fedaws.xc_batch_type(max_features),
-      bag=None if config.algorithm == "full_softmax" else selected, dp=dp)
+      bag=None if config.algorithm == "full_softmax" else selected, dp=dp,
+      sharded=sharded)
 
 
 def _build_process(config: FedSSConfig, seed: int, num_classes: int, client_keys,
@@ -274,16 +277,15 @@ def _build_process(config: FedSSConfig, seed: int, num_classes: int, client_keys
       **model_parts))
 
 
-def _movielens_items(dataset: tf.data.Dataset) -> tf.Tensor:
-  """Every item id a client's (context, label) batches touch, padding included."""
-  def items(context, label):
-    return tf.concat([tf.reshape(context, [-1]), label], 0)
-  return dataset.map(items).unbatch().batch(2 ** 31 - 1).get_single_element()
+def _movielens_items(examples) -> tf.Tensor:
+  """Every item id a client's (context, label) examples touch, padding included."""
+  context, label = examples
+  return tf.concat([tf.reshape(context, [-1]), label], 0)
 
 
 def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
-                            config: FedSSConfig, temperature: float, seed: int = 0
-                            ) -> sub_model.SubModelProcess:
+                            config: FedSSConfig, temperature: float, seed: int = 0,
+                            sharded: bool = False) -> sub_model.SubModelProcess:
   """Sampled (or full) global softmax of the dual encoder: items are classes.
 
   The dual encoder must have no hidden layers (the paper's: the item table is
@@ -299,8 +301,8 @@ def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
   config = config.for_classes(num_items - 1)  # Item 0 pads.
   config.check_classes(num_items, reserved=1)
 
-  def client_keys(dataset, round_seed):
-    items = _movielens_items(dataset)
+  def client_keys(examples, round_seed):
+    items = _movielens_items(examples)
     return sample_key_set(tf.boolean_mask(items, items > 0), config.positives_per_client,
                           num_items, config.negatives, round_seed, reserved_ids=(0,))
 
@@ -321,4 +323,4 @@ def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
       config, seed, num_items, client_keys, loss, initial_tower=[], initial_table=table,
       batch_type=(tff.TensorType(np.int32, [None, model_config.max_context_length]),
                   tff.TensorType(np.int32, [None])),
-      table_first=True)
+      table_first=True, sharded=sharded)

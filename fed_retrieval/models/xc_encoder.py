@@ -95,11 +95,10 @@ def tower_forward(weights: Sequence[tf.Tensor], feature_ids: tf.Tensor,
   return scoring.l2_normalize(hidden)
 
 
-def bag_keys(dataset: tf.data.Dataset) -> tf.Tensor:
-  """The sorted distinct bag rows a client's ((ids, values), labels) batches
+def bag_keys(examples) -> tf.Tensor:
+  """The sorted distinct bag rows a client's ((ids, values), labels) examples
   read, padding row 0 first: the rows of the bag it needs, [None] int32."""
-  ids = dataset.map(lambda x, y: tf.reshape(x[0], [-1])).unbatch().batch(
-      2 ** 31 - 1).get_single_element()
+  ids = tf.reshape(examples[0][0], [-1])
   return tf.sort(tf.unique(tf.concat([tf.zeros([1], ids.dtype), ids], 0))[0])
 
 

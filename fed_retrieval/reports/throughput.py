@@ -282,7 +282,8 @@ def xc_workload(task: XCTask, config: xc_training.XCFederatedConfig) -> Workload
       build_process=lambda: xc_training.build_process(task, model_config, config),
       clients=task.clients, loop=config,
       build_model=lambda: xc_encoder.build_xc_classifier(model_config, config.seed),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      client_shards=fedavg.shards_of(config))
 
 
 def pu_workload(task: PUTask, config: pu_training.PUFederatedConfig) -> Workload:

@@ -72,10 +72,11 @@ CLIENT_SAMPLING = flags.DEFINE_enum(
     "be trained on, as centrally; uniform without a cap.")
 CLIENT_SHARDS = flags.DEFINE_integer(
     "client_shards", None,
-    "FedAvg and FedSGD (MovieLens, PU): compute a round's clients in this many "
-    "TFF client calls, each a shard of clients done one after another (the "
-    "same average; far less TFF overhead per client); 0: one call per client, "
-    f"as DP runs always do (default {_DEFAULTS.client_shards}).")
+    "Compute a round's clients in this many TFF client calls, each a shard of "
+    "clients done one after another (every algorithm: the same round, far less "
+    "TFF overhead per client; FedAwS and FedSS clients keep their own keys, "
+    "rows and uploads); 0: one call per client, as DP runs always do "
+    f"(default {_DEFAULTS.client_shards}).")
 LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs,
                                     "Passes over its data a client makes per round.")
 MAX_LOCAL_STEPS = flags.DEFINE_integer(
@@ -285,9 +286,6 @@ def fedss_config_from_flags(algorithm: str = "fedss") -> FedSSConfig:
 
 def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
   """The XC run the flags describe (both families' settings; --algorithm picks)."""
-  if flags.FLAGS[CLIENT_SHARDS.name].present:
-    raise ValueError("--client_shards is for FedAvg and FedSGD (MovieLens, PU): the XC "
-                     "algorithms' server answers each client with its own rows")
   refuse_server_optimizer_flags("the XC algorithms")
   fedaws_config = FedAwSConfig(
       hinge_margin=_or(model_flags.MARGIN.value, _XC_DEFAULTS.hinge_margin),
@@ -302,6 +300,7 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       max_local_steps=_max_local_steps(_XC_LOOP_DEFAULTS.max_local_steps),
       client_sampling=CLIENT_SAMPLING.value,
+      client_shards=_or(CLIENT_SHARDS.value, _XC_LOOP_DEFAULTS.client_shards),
       batch_size=model_flags.BATCH_SIZE.value, eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value,
       patience=_or(PATIENCE.value, _XC_LOOP_DEFAULTS.patience),

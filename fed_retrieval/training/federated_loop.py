@@ -143,7 +143,7 @@ def check_loop_settings(config) -> None:
                "eval_every", "checkpoint_every"):
     if getattr(config, name) < 1:
       raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
-  if getattr(config, "client_shards", 0) < 0:  # XC run configs have none.
+  if config.client_shards < 0:
     raise ValueError(f"--client_shards must be >= 0, got {config.client_shards}")
   if getattr(config, "server_learning_rate_half_life", 0) < 0:
     raise ValueError("--server_learning_rate_half_life must be >= 0 (0: a constant "
@@ -167,9 +167,8 @@ def _client_seed(seed: int, round_num: int, index: int) -> int:
 def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
                    config, round_num: int, shards: int = 0) -> List[tf.data.Dataset]:
   """What a round's `next` takes: a dataset per client, or (`shards` > 0, a
-  process of `fedavg.build_learning_process` with `client_shards`) that many
-  shard datasets of consecutive clients. Client i of the round trains on the
-  same batches either way."""
+  process built with `client_shards`) that many shard datasets of consecutive
+  clients. Client i of the round trains on the same batches either way."""
   seeds = [_client_seed(config.seed, round_num, i) for i in range(len(clients))]
   if not shards:
     return [data.training_dataset(client, config.batch_size, config.local_epochs,
@@ -389,7 +388,8 @@ def movielens_job_parts(task: MovieLensTask,
   """The `FederatedJob` fields every MovieLens algorithm shares: the users as
   clients (their batches with the positives as a model input too, for a
   model that scores the batch's positives), the dual encoder, recall on the
-  validation / test users, export, and the item ids written beside the run."""
+  validation / test users, export, the item ids written beside the run, and
+  the round's shards of clients."""
   task.require_splits("federated_train", "federated_val", "federated_test")
   splits = {"validation": task.federated_val, "test": task.federated_test}
   return dict(
@@ -404,7 +404,8 @@ def movielens_job_parts(task: MovieLensTask,
       baselines=lambda: retrieval_evaluation.most_popular_baseline(
           task.federated_train, task.federated_test, task.vocabulary_size, config.ks,
           config.batch_size),
-      write_files=task.items.save)
+      write_files=task.items.save,
+      client_shards=fedavg.shards_of(config))
 
 
 def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: str,
@@ -426,6 +427,5 @@ def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: st
       results={"setting": setting, "loss": config.objective.loss,
                "algorithm": config.algorithm},
       round_metrics=dict(zip(("bytes_down_per_client", "bytes_up_per_client"),
-                             fedavg.bytes_per_client(model_config.weight_shapes()))),
-      client_shards=fedavg.shards_of(config))
+                             fedavg.bytes_per_client(model_config.weight_shapes()))))
   return run_federated(job, config, output_dir)

@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms.fedss import FedSSConfig
@@ -65,7 +66,8 @@ def train_sampled_softmax(task: MovieLensTask, loop: FederatedConfig,
                   "training": dataclasses.asdict(loop),
                   "algorithm": dataclasses.asdict(algorithm)},
       build_process=lambda: fedss.build_movielens_process(
-          model_config, algorithm, objective_config.temperature, loop.seed),
+          model_config, algorithm, objective_config.temperature, loop.seed,
+          sharded=fedavg.shards_of(loop) > 0),
       **federated_loop.movielens_job_parts(task, model_config, loop),
       results={"setting": setting, "loss": LOSS, "algorithm": algorithm.algorithm},
       round_metrics={"bytes_down_per_client": down, "bytes_up_per_client": up,

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from fed_retrieval import export
 from fed_retrieval.algorithms import differential_privacy
+from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms import sub_model
@@ -62,6 +63,10 @@ class XCFederatedConfig:
   max_local_steps: Optional[int] = None
   client_sampling: Optional[str] = None  # None: uniform (runs made before it).
   batch_size: int = 16
+  # Each round's clients in this many TFF client calls (0: one a client;
+  # DP runs always one a client), each client still trained and answered
+  # as its own (`sub_model`, `client_shards`).
+  client_shards: int = 2
   eval_every: int = 5
   checkpoint_every: int = 5
   patience: int = 4
@@ -133,11 +138,12 @@ def build_process(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
   algorithm = algorithm_config(task, config)
   dp = (None if config.dp is None else
         differential_privacy.ClientDP(config.dp, config.clients_per_round))
+  sharded = fedavg.shards_of(config) > 0
   if isinstance(algorithm, FedSSConfig):
     return fedss.build_xc_process(model_config, algorithm, task.feature_width,
-                                  config.seed, config.bag, dp)
+                                  config.seed, config.bag, dp, sharded)
   return fedaws.build_process(model_config, algorithm, task.feature_width, config.seed,
-                              config.bag, dp)
+                              config.bag, dp, sharded)
 
 
 def round_bytes(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
@@ -216,6 +222,7 @@ def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str)
                "partition": task.config.partition},
       baselines=_baselines(task, config.ks),
       round_metrics=round_bytes(task, model_config, config),
+      client_shards=fedavg.shards_of(config),
       splits_across_workers=config.algorithm in (fedaws.WHOLE_MODEL_ALGORITHMS +
                                                  fedss.WHOLE_MODEL_ALGORITHMS))
   return federated_loop.run_federated(job, config, output_dir)
