@@ -65,6 +65,11 @@ _INCLUDE_FEDSGD = flags.DEFINE_bool(
 _XC_CENTRALIZED = XCCentralizedConfig()
 _CENTRALIZED_OPTIMIZER = flags.DEFINE_string("centralized_optimizer", "adam",
                                              "Optimizer of the centralized runs.")
+_CENTRALIZED_JIT_COMPILE = flags.DEFINE_bool(
+    "centralized_jit_compile", None,
+    "MovieLens: compile the centralized runs' training step with XLA (default: "
+    "for the losses that score the batch's positives; see train_centralized's "
+    "--jit_compile).")
 _CENTRALIZED_LEARNING_RATE = flags.DEFINE_float(
     "centralized_learning_rate", 0.01, "Learning rate of the centralized runs "
     f"(--task=xc: {_XC_CENTRALIZED.learning_rate}).")
@@ -153,7 +158,8 @@ def main(argv) -> None:
       eval_every_steps=_CENTRALIZED_EVAL_EVERY_STEPS.value,
       patience=federated.patience, min_delta=federated.min_delta,
       optimizer=_CENTRALIZED_OPTIMIZER.value,
-      learning_rate=_CENTRALIZED_LEARNING_RATE.value, split="user")
+      learning_rate=_CENTRALIZED_LEARNING_RATE.value, split="user",
+      jit_compile=_CENTRALIZED_JIT_COMPILE.value)
   rows = comparison.run_comparison(
       task_flags.task_config_from_flags(), _LOSSES.value, federated, centralized,
       model_flags.OUTPUT_DIR.value, _BUDGET.value, _INCLUDE_SHUFFLED.value,

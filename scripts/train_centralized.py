@@ -28,6 +28,11 @@ _MIN_DELTA = flags.DEFINE_float(
     "min_delta", 0.01, "Relative improvement of validation recall that resets the "
     "patience (as the federated runs and the comparison).")
 _OPTIMIZER = flags.DEFINE_string("optimizer", "adam", "sgd, sgdm, adam or adagrad.")
+_JIT_COMPILE = flags.DEFINE_bool(
+    "jit_compile", None,
+    "Compile the training step with XLA (default: for the losses that score the "
+    "batch's positives, batch softmax (+ spreadout) and the hinge: 1.5-2.5x "
+    "faster on ml-latest-small; not H+S or global softmax, which read every item).")
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "Learning rate.")
 _SPLIT_BY = flags.DEFINE_enum(
     "split_by", "example", ["example", "user"],
@@ -45,7 +50,8 @@ def main(argv) -> None:
       steps=_STEPS.value, eval_every_steps=_EVAL_EVERY_STEPS.value,
       patience=_PATIENCE.value, min_delta=_MIN_DELTA.value, optimizer=_OPTIMIZER.value,
       learning_rate=_LEARNING_RATE.value, seed=model_flags.SEED.value,
-      split=_SPLIT_BY.value, ks=model_flags.ks_from_flag())
+      split=_SPLIT_BY.value, ks=model_flags.ks_from_flag(),
+      jit_compile=_JIT_COMPILE.value)
   results = centralized_loop.train_centralized(
       task, config, model_flags.OUTPUT_DIR.value,
       embedding_dim=model_flags.EMBEDDING_DIM.value)

@@ -159,6 +159,24 @@ def test_a_finished_run_given_more_epochs_trains_on_to_one_run_of_them(
   assert losses["extended"][1] < 0.9 * losses["extended"][0]
 
 
+@pytest.mark.parametrize("loss,xla_by_default", [("batch_softmax_spreadout", True),
+                                                  ("global_softmax", False)])
+def test_xla_trains_the_same_model(small_task, tmp_path, loss, xla_by_default):
+  # A batch-candidate loss compiles its step with XLA unless told: the same
+  # 40 Adam steps from the same seed give the weights of the plain step.
+  assert centralized_loop.xla_by_default(ObjectiveConfig(loss).build()) == xla_by_default
+  items = {}
+  for jit_compile in (False, True):
+    config = centralized_loop.CentralizedConfig(
+        objective=ObjectiveConfig(loss), steps=40, split="example",
+        jit_compile=jit_compile)
+    output_dir = str(tmp_path / f"xla_{jit_compile}")
+    centralized_loop.train_centralized(small_task, config, output_dir)
+    items[jit_compile] = np.load(os.path.join(output_dir, "export",
+                                              "item_embeddings.npy"))
+  np.testing.assert_allclose(items[True], items[False], atol=2e-4)
+
+
 def test_the_curve_of_an_example_split_run_is_named_test(small_task, tmp_path):
   config = centralized_loop.CentralizedConfig(objective=ObjectiveConfig("batch_softmax"),
                                               steps=50, split="example")

@@ -8,7 +8,8 @@ per second of training after a warm-up (tracing, the worker's start):
 - federated: `rounds` rounds of `clients_per_round` sampled clients, with the
   peak memory of the process tree (this process and the TFF worker);
 - centralized: Keras `fit` over the pooled examples, the best of several
-  `steps_per_execution`;
+  `steps_per_execution`, with XLA where the family's centralized runs use it
+  (`centralized_loop.xla_by_default`);
 - tight loop: SGD steps of the same model and loss over batches already in
   memory, one `tf.function` per chunk of steps, with and without XLA, the
   faster counting: what the model costs here with no input pipeline or
@@ -35,6 +36,7 @@ from fed_retrieval.models import image_classifier
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import client_sampling
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training import pu_training
@@ -63,6 +65,7 @@ class Workload:
   build_model: Callable[[], tf.keras.Model]  # What trains centrally, uncompiled.
   loss: tf.keras.losses.Loss
   client_shards: int = 0
+  centralized_jit_compile: bool = False  # As the family's centralized runs.
 
 
 @contextlib.contextmanager
@@ -161,7 +164,8 @@ def centralized_rate(workload: Workload, num_examples: int,
   batch_size = workload.loop.batch_size
   model = workload.build_model()
   model.compile(optimizer=optimizers.keras_optimizer("sgd", LEARNING_RATE),
-                loss=workload.loss, steps_per_execution=steps_per_execution)
+                loss=workload.loss, steps_per_execution=steps_per_execution,
+                jit_compile=workload.centralized_jit_compile)
   dataset = client_data.shuffled_batches(workload.clients.pooled(), batch_size,
                                          shuffle_seed=0, epochs=None)
   steps = math.ceil(num_examples / batch_size)
@@ -270,7 +274,8 @@ def movielens_workload(task: MovieLensTask, loss: str, algorithm: str,
       build_model=lambda: dual_encoder.training_model(
           dual_encoder.build_dual_encoder(model_config, seed=0), objective.candidates),
       loss=objective.loss,
-      client_shards=fedavg.shards_of(config))
+      client_shards=fedavg.shards_of(config),
+      centralized_jit_compile=centralized_loop.xla_by_default(objective))
 
 
 def xc_workload(task: XCTask, config: xc_training.XCFederatedConfig) -> Workload:
