@@ -79,7 +79,7 @@ FLOAT_BYTES = 4
 KEY_BYTES = 4
 # (a client's examples: its batches as one batch, round seed [2] int64: (seed,
 # round)) -> (keys [K] int32, is_real [K] bool).
-ClientKeysFn = Callable[[tf.data.Dataset, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
+ClientKeysFn = Callable[[Any, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
 # (tower weights, rows [K, D], keys [K], is_real [K], batch) -> scalar loss.
 ClientLossFn = Callable[[List[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor, Any],
                         tf.Tensor]
@@ -92,10 +92,11 @@ class SelectedBag:
   """The tower's first weight, an embedding bag, as a selected table.
 
   `keys(examples)`: the sorted distinct bag rows a client's examples (its
-  batches as one batch) read, [None] int32. `localize(batch, keys)`: the batch with its feature ids replaced by
-  their positions among the keys, so the tower reads the client's rows.
+  batches as one batch) read, [None] int32. `localize(batch, keys)`: the
+  batch with its feature ids replaced by their positions among the keys, so
+  the tower reads the client's rows.
   """
-  keys: Callable[[tf.data.Dataset], tf.Tensor]
+  keys: Callable[[Any], tf.Tensor]
   localize: Callable[[Any, tf.Tensor], Any]
 
 
@@ -120,7 +121,7 @@ class SubModelSpec:
   seed: int = 0
   dp: Optional[differential_privacy.ClientDP] = None  # Of the dense part.
   # `next` takes shards of clients (`ClientDatasets.shard_dataset`), each
-  # client still with its own keys, answer and upload (see `_shard_update`).
+  # client still with its own keys, answer and upload (module docstring).
   sharded: bool = False
 
   def __post_init__(self):
@@ -457,11 +458,9 @@ class SubModelProcess:
       deltas' mean over them as the round weighs them (the tower by
       examples; the whole table by examples or per client), the loss sum and
       examples; with the whole table, the table mean's weight; else each
-      client's uploads, stacked (bag deltas one after another)."""
+      client's uploads, stacked (bag deltas one after another). (No DP:
+      a shard's mean is not one client's clipped update.)"""
       zeros = tuple(tf.zeros_like(t) for t in tf.nest.flatten(broadcast))
-      # Private: the clipped deltas are summed, not weighted.
-      tower_weight = lambda count: 1.0 if private else count
-      table_share = lambda count: 1.0 if private else table_weight(count)
       slots = (0 if spec.whole_table else tf.shape(answer[1])[0])
       uploads = (tf.TensorArray(tf.float32, size=slots, element_shape=[num_keys, dim]),
                  tf.TensorArray(tf.float32, size=slots, infer_shape=False,
@@ -471,8 +470,8 @@ class SubModelProcess:
       def add(totals, i, result):
         sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
         shared, loss_sum, count = result[:3]
-        weights = [tower_weight(count)] * len(broadcast[0]) + (
-            [table_share(count)] if spec.whole_table else [])
+        weights = [count] * len(broadcast[0]) + (
+            [table_weight(count)] if spec.whole_table else [])
         sums = tuple(total + w * d
                      for total, w, d in zip(sums, weights, tf.nest.flatten(shared)))
         if not spec.whole_table:
@@ -497,8 +496,8 @@ class SubModelProcess:
         state = _sgd_step(spec, state, localized(batch, bag_keys), keys, is_real)
       sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = add(
           totals, i, client_result(tower, rows, *state))
-      divisors = [1.0 if private else examples] * len(broadcast[0]) + (
-          [1.0 if private else table_total] if spec.whole_table else [])
+      divisors = [examples] * len(broadcast[0]) + (
+          [table_total] if spec.whole_table else [])
       shared = tf.nest.pack_sequence_as(
           broadcast, [tf.math.divide_no_nan(total, d) for total, d in zip(sums, divisors)])
       if spec.whole_table:
