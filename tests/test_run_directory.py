@@ -32,6 +32,20 @@ def test_a_setting_added_later_unset_keeps_old_runs(tmp_path):
         directory, {"training": {"rounds": 10, "max_local_steps": 20}})
 
 
+def test_a_run_resumes_under_other_client_shards(tmp_path):
+  # Shards change how a round is computed, not the round: an XC run made
+  # before XC had shards, or a run re-started with --client_shards=0, resumes.
+  directory = str(tmp_path / "run")
+  run_directory.claim_run_directory(directory, {"training": {"rounds": 10}})
+  run_directory.claim_run_directory(
+      directory, {"training": {"rounds": 10, "client_shards": 2}})
+  run_directory.claim_run_directory(
+      directory, {"training": {"rounds": 10, "client_shards": 0}})
+  with pytest.raises(ValueError, match=r"\(training.seed: None -> 1\)"):
+    run_directory.claim_run_directory(
+        directory, {"training": {"rounds": 10, "client_shards": 0, "seed": 1}})
+
+
 def test_a_larger_budget_reopens_a_finished_run_and_only_the_budget(tmp_path, capsys):
   directory = str(tmp_path)
   config = {"setting": "federated", "training": {"rounds": 10, "clients_per_round": 5}}

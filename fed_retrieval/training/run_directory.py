@@ -86,12 +86,19 @@ def _without_unset(config: Any) -> Any:
   return {k: _without_unset(v) for k, v in config.items() if v is not None}
 
 
+# Settings of how a run is computed, not of what it computes: the shards of a
+# round's clients give the round of a TFF client each (tested), so a run
+# resumes under another --client_shards, or from before XC had shards.
+EXECUTION_ONLY = ("client_shards",)
+
+
 def config_differences(existing: Dict[str, Any], config: Dict[str, Any],
                        prefix: str = "") -> List[Tuple[str, Any, Any]]:
   """(dotted key, existing value, new value) of every setting that differs,
-  nested settings named by their path (`task.items`); None where absent."""
+  nested settings named by their path (`task.items`); None where absent.
+  `EXECUTION_ONLY` settings never differ."""
   differences = []
-  for key in sorted(set(existing) | set(config)):
+  for key in sorted((set(existing) | set(config)) - set(EXECUTION_ONLY)):
     old, new = existing.get(key), config.get(key)
     if isinstance(old, dict) and isinstance(new, dict):
       differences += config_differences(old, new, f"{prefix}{key}.")
