@@ -109,9 +109,7 @@ def build_learning_process(model_fn: ModelFn, config
 def shards_of(config) -> int:
   """The shards a round's clients are trained in (0: a TFF client each):
   `client_shards` without DP (clipping is per client)."""
-  if getattr(config, "dp", None) is not None:
-    return 0
-  return config.client_shards
+  return 0 if config.dp is not None else config.client_shards
 
 
 def bytes_per_client(weight_shapes: Sequence[Sequence[int]]) -> Tuple[int, int]:

@@ -441,14 +441,15 @@ class SubModelProcess:
       """The weight of a client's table delta in the round's mean."""
       return count if weighted else tf.constant(1.0)
 
-    def client_answer(answer, i):
-      """Client i's answer from its shard's (`_pack_answers`)."""
+    def client_answer(answer, bag_ends, i):
+      """Client i's answer from its shard's (`_pack_answers`); `bag_ends`:
+      where each client's bag rows end among the shard's."""
       if spec.whole_table:
         return None
       picked = (answer[0][i], answer[1][i], answer[2][i])
       if bagged:
-        end = tf.reduce_sum(answer[5][:i + 1])
-        picked += (answer[3][end - answer[5][i]:end], answer[4][end - answer[5][i]:end])
+        start, end = bag_ends[i] - answer[5][i], bag_ends[i]
+        picked += (answer[3][start:end], answer[4][start:end])
       return picked
 
     @tf.function
@@ -462,6 +463,7 @@ class SubModelProcess:
       a shard's mean is not one client's clipped update.)"""
       zeros = tuple(tf.zeros_like(t) for t in tf.nest.flatten(broadcast))
       slots = (0 if spec.whole_table else tf.shape(answer[1])[0])
+      bag_ends = tf.cumsum(answer[5]) if bagged else None
       uploads = (tf.TensorArray(tf.float32, size=slots, element_shape=[num_keys, dim]),
                  tf.TensorArray(tf.float32, size=slots, infer_shape=False,
                                 element_shape=[None, None]),
@@ -484,14 +486,14 @@ class SubModelProcess:
       totals = (zeros, tf.constant(0.0), tf.constant(0.0), tf.constant(0.0), uploads)
       i = 0
       tower, rows, keys, is_real, bag_keys = client_start(broadcast,
-                                                          client_answer(answer, i))
+                                                          client_answer(answer, bag_ends, i))
       state = (tower, rows, tf.constant(0.0), tf.constant(0.0))
       for batch, starts_client in iter(shard):
         if starts_client and state[3] > 0:  # The client before is done.
           totals = add(totals, i, client_result(tower, rows, *state))
           i += 1
           tower, rows, keys, is_real, bag_keys = client_start(broadcast,
-                                                              client_answer(answer, i))
+                                                              client_answer(answer, bag_ends, i))
           state = (tower, rows, tf.constant(0.0), tf.constant(0.0))
         state = _sgd_step(spec, state, localized(batch, bag_keys), keys, is_real)
       sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = add(
