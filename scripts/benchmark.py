@@ -42,8 +42,9 @@ from tasks.xc import xc_task
 _TIMED_ROUNDS = flags.DEFINE_integer("timed_rounds", 5,
                                      "Timed federated rounds (after one warm-up).")
 _STEPS_PER_EXECUTION = flags.DEFINE_list(
-    "steps_per_execution", ["1", "100"],
-    "Keras steps_per_execution values tried for centralized; the best counts.")
+    "steps_per_execution", ["100"],
+    "Batches a Keras step trains centrally (as the centralized runs' "
+    "steps_per_execution, 100); with several values the best counts.")
 _LOSSES = flags.DEFINE_list(
     "losses", ["batch_softmax", "hinge_spreadout", "global_softmax"],
     "MovieLens: the losses measured.")

@@ -160,15 +160,14 @@ def test_a_finished_run_given_more_epochs_trains_on_to_one_run_of_them(
 
 
 def test_the_centralized_step_compiles_with_xla_where_chosen(small_task, monkeypatch):
-  # By default for the losses that score only the batch's positives; the
-  # flag overrides either way.
+  # By default for the objectives with spreadout; the flag overrides either way.
   jobs = []
   monkeypatch.setattr(centralized_loop, "run_centralized",
                       lambda job, config, output_dir: jobs.append(job))
-  runs = [("batch_softmax", None, True), ("batch_softmax_spreadout", None, True),
-          ("hinge", None, True), ("hinge_spreadout", None, False),
+  runs = [("batch_softmax", None, False), ("batch_softmax_spreadout", None, True),
+          ("hinge", None, False), ("hinge_spreadout", None, True),
           ("global_softmax", None, False), ("global_softmax", True, True),
-          ("batch_softmax", False, False)]
+          ("hinge_spreadout", False, False)]
   for loss, jit_compile, _ in runs:
     centralized_loop.train_centralized(small_task, centralized_loop.CentralizedConfig(
         objective=ObjectiveConfig(loss), jit_compile=jit_compile), "unused")

@@ -7,9 +7,10 @@ the pooled examples of the same clients. For each it measures, in examples
 per second of training after a warm-up (tracing, the worker's start):
 - federated: `rounds` rounds of `clients_per_round` sampled clients, with the
   peak memory of the process tree (this process and the TFF worker);
-- centralized: Keras `fit` over the pooled examples, the best of several
-  `steps_per_execution`, with XLA where the family's centralized runs use it
-  (`centralized_loop.xla_by_default`);
+- centralized: Keras `fit` over the pooled examples as the centralized runs
+  train (a chunk of batches a Keras step, `chunked_steps`), the best of
+  several `steps_per_execution` (batches a chunk), with XLA where the
+  family's centralized runs use it (`centralized_loop.xla_by_default`);
 - tight loop: SGD steps of the same model and loss over batches already in
   memory, one `tf.function` per chunk of steps, with and without XLA, the
   faster counting: what the model costs here with no input pipeline or
@@ -37,6 +38,7 @@ from fed_retrieval.models import xc_encoder
 from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import centralized_loop
+from fed_retrieval.training import chunked_steps
 from fed_retrieval.training import client_sampling
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training import pu_training
@@ -160,19 +162,22 @@ def round_breakdown(workload: Workload, repeats: int = 3) -> Dict[str, float]:
 
 def centralized_rate(workload: Workload, num_examples: int,
                      steps_per_execution: int) -> float:
-  """Examples/s of Keras `fit` (SGD) over the pooled examples after a warm-up."""
+  """Examples/s of Keras `fit` (SGD) over the pooled examples after a warm-up,
+  as the centralized runs train: `steps_per_execution` batches a Keras step
+  (`chunked_steps`)."""
   batch_size = workload.loop.batch_size
-  model = workload.build_model()
+  model = chunked_steps.ChunkedSteps.on(
+      workload.build_model(), batch_jit_compile=workload.centralized_jit_compile)
   model.compile(optimizer=optimizers.keras_optimizer("sgd", LEARNING_RATE),
-                loss=workload.loss, steps_per_execution=steps_per_execution,
-                jit_compile=workload.centralized_jit_compile)
-  dataset = client_data.shuffled_batches(workload.clients.pooled(), batch_size,
-                                         shuffle_seed=0, epochs=None)
-  steps = math.ceil(num_examples / batch_size)
-  model.fit(dataset, steps_per_epoch=steps_per_execution, epochs=1, verbose=0)
+                loss=workload.loss)
+  batches = math.ceil(num_examples / batch_size)
+  chunks = client_data.shuffled_chunks(workload.clients.pooled(), batch_size, batches,
+                                       steps_per_execution, shuffle_seed=0)
+  model.fit(chunks, steps_per_epoch=1, epochs=1, verbose=0)  # Warm-up.
   start = time.perf_counter()
-  model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
-  return steps * batch_size / (time.perf_counter() - start)
+  model.fit(chunks, steps_per_epoch=math.ceil(batches / steps_per_execution), epochs=1,
+            verbose=0)
+  return batches * batch_size / (time.perf_counter() - start)
 
 
 def tight_loop_rate(workload: Workload, num_examples: int, jit_compile: bool) -> float:

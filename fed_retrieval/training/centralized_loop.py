@@ -23,6 +23,7 @@ from fed_retrieval import export
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval.models import dual_encoder
+from fed_retrieval.training import chunked_steps
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import progress
 from fed_retrieval.training import run_directory
@@ -77,16 +78,18 @@ class CentralizedConfig:
 
 
 def xla_by_default(objective: registry.Objective) -> bool:
-  """Whether MovieLens's centralized step compiles with XLA unless told: for
-  the losses that score only the batch's positives ([B, B]: batch softmax
-  with or without spreadout, the hinge). Measured here, 12k Adam steps of
-  batch 16 on ml-latest-small with 3 evaluations: batch softmax 14.8 -> 9.5
-  s, + spreadout 43.6 -> 17.6 s, the hinge 14.6 -> 9.7 s (synthetic ml1m:
-  batch softmax 1.44x). Not for the losses that read every item: H+S 44.8
-  -> 43.2 s (1.56x on ml1m's 3,952 items, not on 9,725), global softmax
-  slowed to 0.42x on ml1m. (XC keeps plain steps: XLA made Bibtex's
-  centralized references 2-4x slower, its compile outweighing short runs.)"""
-  return objective.candidates == "batch"
+  """Whether MovieLens's centralized batch step compiles with XLA unless told:
+  for the objectives with spreadout, whose step also works on the whole item
+  table (its Gram matrix; H+S's negatives against every item), which XLA
+  fuses. Measured here with `chunked_steps` (a chunk of batches a Keras step),
+  Adam, batch 16, XLA / plain examples per second, ml-latest-small and
+  synthetic ml1m: BS + spreadout 1.56 / 1.99, H+S 1.27 / 1.30. Not for the
+  others: batch softmax 1.00 / 1.00 and the hinge 0.88 / 0.90 (a [B, B]
+  step too small for XLA to pay for its call), global softmax 0.39 / 0.36
+  (its [B, V] softmax runs faster in TF's own kernels). (XC keeps plain
+  steps: XLA made Bibtex's centralized references 2-4x slower, its compile
+  outweighing short runs.)"""
+  return objective.spreadout.any
 
 
 def model_config_for(task: MovieLensTask, objective: registry.Objective,
@@ -203,7 +206,9 @@ class CentralizedJob:
   run_config: Dict[str, Any]
   build_model: Callable[[], tf.keras.Model]  # Uncompiled; evaluated and exported.
   loss: Any  # A Keras loss.
-  train_data: Callable[[], tf.data.Dataset]  # Batches, shuffled, repeated forever.
+  # (inputs, labels) of every training example, as arrays; the loop shuffles
+  # them (`config.seed`) into batches, a chunk of them a Keras step.
+  train_arrays: Callable[[], Any]
   num_examples: int  # One pass.
   evaluate: Callable[[tf.keras.Model, str], Dict[str, float]]  # "validation"/"test".
   monitored: str  # The key of `evaluate`'s metrics the stopping rule watches.
@@ -219,7 +224,7 @@ class CentralizedJob:
   # What `fit` trains, from the built model: the model itself, or a model on
   # the same weights that gives the loss only the scores it reads.
   training_model: Callable[[tf.keras.Model], tf.keras.Model] = lambda model: model
-  # `fit`'s training step compiled with XLA (the same step, fused).
+  # Each batch's training step compiled with XLA (the same step, fused).
   jit_compile: bool = False
 
 
@@ -228,7 +233,8 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
 
   `config` gives the loop's settings: batch_size, epochs, steps,
   eval_every_steps, stopping_rule, optimizer, learning_rate,
-  steps_per_execution and seed.
+  steps_per_execution (the batches a Keras step trains, `chunked_steps`) and
+  seed.
   """
   finished = run_directory.open_run(output_dir, job.run_config, job.write_files)
   if finished is not None:
@@ -238,14 +244,14 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
                                               config.eval_every_steps)
   tf.keras.utils.set_random_seed(config.seed)
   model = job.build_model()
-  trained = job.training_model(model)  # The same variables.
+  trained = chunked_steps.ChunkedSteps.on(job.training_model(model),  # The same variables.
+                                         batch_jit_compile=job.jit_compile)
   # No metrics in `fit`: a metric over the whole vocabulary (or class table) on
   # every training batch would cost more than the training step; the callback
   # evaluates whole splits instead.
   trained.compile(optimizer=optimizers.keras_optimizer(config.optimizer,
                                                        config.learning_rate),
-                  loss=job.loss, steps_per_execution=config.steps_per_execution,
-                  jit_compile=job.jit_compile)
+                  loss=job.loss)
   metrics_path = os.path.join(output_dir, "metrics.csv")
   validation = ValidationAndStopping(
       lambda _: job.evaluate(model, "validation"), config.stopping_rule,
@@ -259,7 +265,11 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
       tf.keras.callbacks.TensorBoard(os.path.join(output_dir, "tensorboard"),
                                      write_graph=False),
   ]
-  trained.fit(job.train_data(), epochs=epochs, steps_per_epoch=steps_per_epoch,
+  chunks = client_data.shuffled_chunks(job.train_arrays(), config.batch_size,
+                                       steps_per_epoch, config.steps_per_execution,
+                                       config.seed)
+  trained.fit(chunks, epochs=epochs,
+              steps_per_epoch=math.ceil(steps_per_epoch / config.steps_per_execution),
               callbacks=callbacks, verbose=0)
   trained_steps, best_step = validation.curve[-1][0], validation.curve[-1][0]
   if config.stopping_rule.patience:
@@ -307,9 +317,7 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
       loss=objective.loss,
       training_model=lambda model: dual_encoder.training_model(model,
                                                                objective.candidates),
-      train_data=lambda: client_data.centralized_dataset(
-          train, config.batch_size, shuffle_seed=config.seed, epochs=None,
-          positives_as_input=positives_as_input),
+      train_arrays=lambda: client_data.centralized_arrays(train, positives_as_input),
       num_examples=len(train),
       evaluate=lambda model, split: retrieval_evaluation.evaluate(
           model, splits[split], config.ks, config.batch_size),

@@ -35,7 +35,6 @@ from fed_retrieval.models import xc_encoder
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_loop
-from tasks import client_data
 from tasks.xc import xc_task
 from tasks.xc.xc_task import XCTask
 
@@ -275,15 +274,12 @@ def train_xc_centralized(task: XCTask, federated: XCFederatedConfig,
   evaluate, monitored = _evaluation(task, federated.ks)
   setting = CENTRALIZED_SETTINGS[config.label_assignment]
 
-  def train_data() -> tf.data.Dataset:
-    return client_data.shuffled_batches((inputs, labels.astype(np.int32)),
-                                        config.batch_size, config.seed, epochs=None)
-
   job = centralized_loop.CentralizedJob(
       name=setting, run_config=_run_config(task, model_config, config),
       build_model=lambda: xc_encoder.build_xc_classifier(model_config, federated.seed),
       loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      train_data=train_data, num_examples=len(labels), evaluate=evaluate,
+      train_arrays=lambda: (inputs, labels.astype(np.int32)), num_examples=len(labels),
+      evaluate=evaluate,
       monitored=monitored, export=_export(model_config),
       results={"algorithm": setting, "label_assignment": config.label_assignment,
                "task": task.summary()},
