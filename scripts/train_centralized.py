@@ -30,9 +30,9 @@ _MIN_DELTA = flags.DEFINE_float(
 _OPTIMIZER = flags.DEFINE_string("optimizer", "adam", "sgd, sgdm, adam or adagrad.")
 _JIT_COMPILE = flags.DEFINE_bool(
     "jit_compile", None,
-    "Compile the training step with XLA (default: for the losses that score the "
-    "batch's positives, batch softmax (+ spreadout) and the hinge: 1.5-2.5x "
-    "faster on ml-latest-small; not H+S or global softmax, which read every item).")
+    "Compile each batch's training step with XLA (default: for the losses with "
+    "spreadout, BS + spreadout and H+S: 1.3-1.6x faster on ml-latest-small; not "
+    "batch softmax, the hinge or global softmax, where it gains nothing or slows).")
 _LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.01, "Learning rate.")
 _SPLIT_BY = flags.DEFINE_enum(
     "split_by", "example", ["example", "user"],
