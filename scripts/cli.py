@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, List, Sequence, Tuple, Union
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # gRPC (TFF's worker channel) prints fork notices when the worker is started
@@ -78,9 +78,9 @@ logging.set_verbosity(logging.WARNING)
 std_logging.getLogger("tensorflow").setLevel(std_logging.ERROR)
 
 
-# A titled group of flags --help lists: (title, the --task it serves or None
-# for every task, absl FlagHolders).
-HelpGroup = Tuple[str, Optional[str], Sequence[flags.FlagHolder]]
+# A titled group of flags --help lists: (title, the --task it serves, a tuple
+# of them or None for every task, absl FlagHolders).
+HelpGroup = Tuple[str, Union[None, str, Tuple[str, ...]], Sequence[flags.FlagHolder]]
 HELP_ARGS = ("-h", "-?", "--help", "-help", "--helpshort")
 MAX_HELP_LINES = 100
 
@@ -96,11 +96,13 @@ def help_text(doc: str, own_flags: Sequence[flags.Flag],
   usage is cut to its first example if the whole would pass MAX_HELP_LINES."""
   shown = set()
   flag_lines: List[str] = []
-  other_tasks = sorted({group_task for _, group_task, _ in groups
-                        if group_task not in (None, task)})
+  tasks_of = lambda group_task: ((group_task,) if isinstance(group_task, str)
+                                 else group_task or (task,))
+  other_tasks = sorted({t for _, group_task, _ in groups for t in tasks_of(group_task)
+                        if t != task})
   for title, flag_list in [("This script", own_flags)] + [
       (title, [flags.FLAGS[holder.name] for holder in holders])
-      for title, group_task, holders in groups if group_task in (None, task)]:
+      for title, group_task, holders in groups if task in tasks_of(group_task)]:
     flag_list = [flag for flag in flag_list if flag.name not in shown]
     if flag_list:
       flag_lines += ["", f"{title}:"] + [_flag_line(flag) for flag in flag_list]

@@ -3,12 +3,10 @@ r"""The main jobs: centralized vs federated retrieval (MovieLens), FedAwS (XC).
   python -m scripts.compare --synthetic=ml1m --output_dir=runs/compare \
       [--losses=batch_softmax,hinge_spreadout] [--include_shuffled] [--include_fedsgd] \
       [--budget=matched --rounds=45]
-Writes results.csv, results.md and recall_curves.png in --output_dir (one
-sub-directory per run; re-running resumes) and prints the table. By default
-every run trains until its validation recall@10 stops improving (--patience
-evaluations, capped by --rounds and --centralized_max_epochs); --budget=matched
-trains the federated runs for --rounds and each centralized run on as many
-examples.
+writes results.csv, results.md and recall_curves.png (a run a sub-directory;
+re-running resumes). Each run trains until validation recall@10 stops improving
+(--patience evaluations, capped by --rounds and --centralized_max_epochs), or
+with --budget=matched: federated --rounds, centralized on as many examples.
 
   python -m scripts.compare --synthetic=ml1m --losses= \
       --algorithms=fedss,full_softmax --num_negatives=200 --output_dir=runs/ml_fedss

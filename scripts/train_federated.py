@@ -70,7 +70,7 @@ def main(argv) -> None:
     if flags.FLAGS["loss"].present and model_flags.LOSS.value != LOSS:
       raise ValueError(f"--algorithm={algorithm} trains {LOSS} (sampled over a "
                        f"client's items), not --loss={model_flags.LOSS.value}")
-    federated_flags.refuse_server_optimizer_flags("FedSS and its baselines")
+    federated_flags.refuse_fedavg_only_flags("FedSS and its baselines")
     results = sampled_softmax_training.train_sampled_softmax(
         task, federated_flags.federated_config_from_flags(LOSS),
         federated_flags.fedss_config_from_flags(algorithm),

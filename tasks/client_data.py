@@ -8,7 +8,7 @@ or `((context, label), label)` for a model that scores the batch's positives
 Batching keeps the short last batch: no example is silently dropped.
 """
 
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -19,6 +19,48 @@ from tasks.movielens.sequence_examples import Examples
 def _inputs(examples: Examples, positives_as_input: bool):
   contexts = examples.contexts.astype(np.int32)
   return (contexts, examples.labels.astype(np.int32)) if positives_as_input else contexts
+
+
+class Shard(NamedTuple):
+  """Several clients' batches of a round, one client after another, as arrays:
+  what a sharded process's TFF client takes (`algorithms.client_shards`), as a
+  dataset of this one element (`ClientDatasets.shard_dataset`): a while loop
+  slices each batch, with no dataset element to fetch per batch.
+
+  `examples`: (inputs, labels) of the rows trained on, in order (a row once
+  per epoch); batch b is rows `batch_ends[b - 1]:batch_ends[b]` (from 0 for
+  b = 0); `starts_client[b]`: batch b is its client's first.
+  """
+  # Fields in sorted order: TFF serializes a dataset of named elements only so.
+  batch_ends: np.ndarray  # int32 [batches]
+  examples: Any
+  starts_client: np.ndarray  # bool [batches]
+
+
+def shard_spec(example_spec) -> Shard:
+  """The `tf.TensorSpec`s of a `Shard` of examples of `example_spec` (a batch's
+  specs, the leading dimension None)."""
+  return Shard(batch_ends=tf.TensorSpec([None], tf.int32), examples=example_spec,
+               starts_client=tf.TensorSpec([None], tf.bool))
+
+
+def read_shard(dataset: tf.data.Dataset) -> Shard:
+  """The `Shard` a shard dataset holds (in a TF graph)."""
+  return Shard(*dataset.get_single_element())
+
+
+def shard_batch(shard: Shard, index: tf.Tensor):
+  """Batch `index` of a shard (in a TF graph)."""
+  begin = tf.where(index > 0, shard.batch_ends[tf.maximum(index - 1, 0)], 0)
+  return tf.nest.map_structure(lambda t: t[begin:shard.batch_ends[index]], shard.examples)
+
+
+def shard_client_bounds(shard: Shard) -> tf.Tensor:
+  """[clients + 1]: client i's rows of `shard.examples` are bounds[i]:bounds[i + 1]
+  (its batches are consecutive)."""
+  batch_begins = tf.concat([[0], shard.batch_ends[:-1]], 0)
+  return tf.concat([tf.boolean_mask(batch_begins, shard.starts_client),
+                    shard.batch_ends[-1:]], 0)
 
 
 class ClientDatasets:
@@ -93,28 +135,21 @@ class ClientDatasets:
   def shard_dataset(self, client_ids: Sequence[str], batch_size: int, epochs: int,
                     shuffle_seeds: Sequence[Optional[int]],
                     max_steps: Optional[int] = None) -> tf.data.Dataset:
-    """The batches of several clients one client after another, each
-    `((inputs, labels), starts_client)`: client k's batches are those of
-    `training_dataset(client_ids[k], ..., shuffle_seeds[k], ...)`, and the
-    first of them is marked (`algorithms.client_shards`)."""
+    """A dataset of one `Shard`: the batches of several clients one client
+    after another, client k's those of `training_dataset(client_ids[k], ...,
+    shuffle_seeds[k], ...)`."""
     row_lists = [self._rows(c, batch_size, epochs, seed, max_steps)
                  for c, seed in zip(client_ids, shuffle_seeds)]
-    begins, client_starts = [], []
-    offset = 0
+    ends, starts, offset = [], [], 0
     for rows in row_lists:
-      client_begins = offset + np.arange(0, len(rows), batch_size)
-      begins.append(client_begins)
-      client_starts.append(np.arange(len(client_begins)) == 0)
+      ends.append(offset + np.minimum(np.arange(1, -(-len(rows) // batch_size) + 1)
+                                      * batch_size, len(rows)))
+      starts.append(np.arange(len(ends[-1])) == 0)
       offset += len(rows)
-    begins = np.concatenate(begins).astype(np.int64)
-    ends = np.minimum(np.append(begins[1:], offset),
-                      begins + batch_size).astype(np.int64)
-    inputs, labels = self._take(np.concatenate(row_lists))
-    inputs, labels = tf.nest.map_structure(tf.constant, (inputs, labels))
-    return tf.data.Dataset.from_tensor_slices(
-        (begins, ends, np.concatenate(client_starts))).map(
-            lambda begin, end, starts: (tf.nest.map_structure(
-                lambda t: t[begin:end], (inputs, labels)), starts))
+    return tf.data.Dataset.from_tensors(Shard(
+        batch_ends=np.concatenate(ends).astype(np.int32),
+        examples=self._take(np.concatenate(row_lists)),
+        starts_client=np.concatenate(starts)))
 
 
 def _natural_order(client_id: str):

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tasks import client_data
 from tasks.movielens import sequence_examples as se
@@ -83,16 +84,20 @@ def test_shuffled_batches_reshuffle_each_pass_and_repeat_by_seed():
 def test_a_shard_holds_its_clients_batches_in_turn_each_first_one_marked():
   data = client_data.ClientDatasets.from_examples(make_examples())
   clients, seeds = ["3", "9", "5"], [7, None, 2]
-  shard = list(data.shard_dataset(clients, batch_size=2, epochs=2,
-                                  shuffle_seeds=seeds, max_steps=2).as_numpy_iterator())
+  (shard,) = data.shard_dataset(clients, batch_size=2, epochs=2, shuffle_seeds=seeds,
+                                max_steps=2)
   expected = [batch for client, seed in zip(clients, seeds)
               for batch in data.training_dataset(client, 2, 2, seed, 2).as_numpy_iterator()]
-  assert len(shard) == len(expected) == 2 + 2 + 1
-  for (batch, _), (inputs, labels) in zip(shard, expected):
-    np.testing.assert_array_equal(batch[0], inputs)
-    np.testing.assert_array_equal(batch[1], labels)
-  assert [starts for _, starts in shard] == [True, False, True, False, True]
+  assert len(expected) == 2 + 2 + 1
+  # Client 5 has one example, twice (2 epochs): its one batch holds both.
+  assert list(shard.batch_ends) == [2, 4, 6, 8, 10]
+  assert list(shard.starts_client) == [True, False, True, False, True]
+  for index, (inputs, labels) in enumerate(expected):
+    batch_inputs, batch_labels = client_data.shard_batch(shard, tf.constant(index))
+    np.testing.assert_array_equal(batch_inputs, inputs)
+    np.testing.assert_array_equal(batch_labels, labels)
+  np.testing.assert_array_equal(client_data.shard_client_bounds(shard), [0, 4, 8, 10])
   with_positives = client_data.ClientDatasets.from_examples(make_examples(), True)
-  (inputs, labels), _ = next(with_positives.shard_dataset(["5"], 4, 1, [None])
-                             .as_numpy_iterator())
+  (shard,) = with_positives.shard_dataset(["5"], 4, 1, [None])
+  inputs, labels = shard.examples
   np.testing.assert_array_equal(inputs[1], labels)  # (context, label), label.

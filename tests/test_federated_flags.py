@@ -13,9 +13,11 @@ import dataclasses, json, sys
 from absl import flags
 from fed_retrieval.training import federated_flags
 from tasks import task_flags
-flags.FLAGS(["prog", *sys.argv[1:]])
+loss = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--resolve_loss=")]
+flags.FLAGS(["prog", *[a for a in sys.argv[1:] if not a.startswith("--resolve_loss=")]])
 try:
-  config = {"movielens": lambda: federated_flags.federated_config_from_flags("global_softmax"),
+  config = {"movielens": lambda: federated_flags.federated_config_from_flags(
+                (loss or ["global_softmax"])[0]).resolved(),
             "pu": federated_flags.pu_federated_config_from_flags,
             "xc": federated_flags.xc_federated_config_from_flags}[task_flags.TASK.value]()
   print(json.dumps(dataclasses.asdict(config)))
@@ -28,6 +30,11 @@ def resolved(*argv):
   result = subprocess.run([sys.executable, "-c", RESOLVE, *argv], cwd=ROOT,
                           capture_output=True, text=True, check=True)
   return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def resolved_loss(loss, *argv):
+  """A MovieLens run of `loss` as its process trains it (`resolved`)."""
+  return resolved(f"--resolve_loss={loss}", *argv)
 
 
 def test_movielens_defaults_and_flags():
@@ -43,16 +50,35 @@ def test_movielens_defaults_and_flags():
       "--server_learning_rate_half_life must be >= 0")
 
 
+@pytest.mark.parametrize("args,expected", [
+    ((), True),  # Global softmax, in shards.
+    (("--loss=hinge_spreadout",), False), (("--loss=batch_softmax",), False),
+    (("--client_shards=0",), False), (("--noclient_jit_compile",), False),
+    (("--loss=hinge_spreadout", "--client_jit_compile"), True)])
+def test_movielens_clients_compile_their_step_for_global_softmax(args, expected):
+  loss = [a.split("=")[1] for a in args if a.startswith("--loss=")] or ["global_softmax"]
+  config = resolved_loss(loss[0], *[a for a in args if not a.startswith("--loss=")])
+  assert config["client_jit_compile"] is expected
+
+
+def test_xla_needs_shards_of_clients():
+  for args in (("--client_shards=0",), ("--noise_multiplier=1",)):
+    assert resolved_loss("global_softmax", "--client_jit_compile", *args)[
+        "error"].startswith("--client_jit_compile: only shards of clients")
+
+
 def test_pu_keeps_its_loop_and_sizes_local_work_unless_given():
   config = resolved("--task=pu")
   assert config["federated"]["server_epsilon"] is None  # Server SGD.
   assert config["size_local_work"]
   assert not resolved("--task=pu", "--batch_size=32")["size_local_work"]
   assert not resolved("--task=pu", "--local_epochs=2")["size_local_work"]
+  assert not config["federated"]["client_jit_compile"]  # XLA slowed its CNN.
 
 
 @pytest.mark.parametrize("flag", ["--server_epsilon=1e-3",
-                                  "--server_learning_rate_half_life=50"])
+                                  "--server_learning_rate_half_life=50",
+                                  "--client_jit_compile"])
 def test_xc_refuses_what_its_algorithms_do_not_take(flag):
   assert resolved("--task=xc", flag)["error"].startswith(flag.split("=")[0])
 

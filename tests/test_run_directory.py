@@ -32,15 +32,18 @@ def test_a_setting_added_later_unset_keeps_old_runs(tmp_path):
         directory, {"training": {"rounds": 10, "max_local_steps": 20}})
 
 
-def test_a_run_resumes_under_other_client_shards(tmp_path):
-  # Shards change how a round is computed, not the round: an XC run made
-  # before XC had shards, or a run re-started with --client_shards=0, resumes.
+def test_a_run_resumes_under_other_client_shards_or_xla(tmp_path):
+  # Shards and XLA change how a round is computed, not the round: an XC run
+  # made before XC had shards, or a run re-started with --client_shards=0 or
+  # another --client_jit_compile, resumes.
   directory = str(tmp_path / "run")
   run_directory.claim_run_directory(directory, {"training": {"rounds": 10}})
   run_directory.claim_run_directory(
       directory, {"training": {"rounds": 10, "client_shards": 2}})
   run_directory.claim_run_directory(
       directory, {"training": {"rounds": 10, "client_shards": 0}})
+  run_directory.claim_run_directory(
+      directory, {"training": {"rounds": 10, "client_jit_compile": True}})
   with pytest.raises(ValueError, match=r"\(training.seed: None -> 1\)"):
     run_directory.claim_run_directory(
         directory, {"training": {"rounds": 10, "client_shards": 0, "seed": 1}})

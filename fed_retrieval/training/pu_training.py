@@ -54,7 +54,7 @@ class PUFederatedConfig:
       rounds=60, clients_per_round=10, local_epochs=5, max_local_steps=None,
       batch_size=16,
       client_learning_rate=0.05, server_optimizer="sgd", server_learning_rate=1.0,
-      server_epsilon=None,
+      server_epsilon=None, client_jit_compile=False,
       eval_every=5, checkpoint_every=10, patience=0)
   size_local_work: bool = True
 

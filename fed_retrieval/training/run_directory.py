@@ -87,9 +87,10 @@ def _without_unset(config: Any) -> Any:
 
 
 # Settings of how a run is computed, not of what it computes: the shards of a
-# round's clients give the round of a TFF client each (tested), so a run
-# resumes under another --client_shards, or from before XC had shards.
-EXECUTION_ONLY = ("client_shards",)
+# round's clients give the round of a TFF client each, and XLA the same steps
+# (both tested), so a run resumes under another --client_shards or
+# --client_jit_compile, or from before they existed.
+EXECUTION_ONLY = ("client_shards", "client_jit_compile")
 
 
 def config_differences(existing: Dict[str, Any], config: Dict[str, Any],
