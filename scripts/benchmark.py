@@ -13,9 +13,9 @@ For each workload (an algorithm on the task, with the federated flags given):
 federated examples/s over --timed_rounds rounds after a warm-up round,
 centralized Keras `fit` on the same clients' pooled examples (the best of
 --steps_per_execution), a tight loop (SGD steps of the same model and loss
-over batches in memory, the best of with and without XLA), the fractions of
-the tight loop, seconds a round and the peak memory of the process tree (the
-TFF worker included). Prints a markdown table, then the JSON report; --output
+over batches in memory, in place, the best of with and without XLA), the
+same loop through Keras's SGD, the fractions of the tight loops, seconds a
+round and the peak memory of the process tree (the TFF worker included). Prints a markdown table, then the JSON report; --output
 writes the JSON.
 """
 

@@ -30,12 +30,15 @@ def test_benchmark_reports_every_workload_against_the_tight_loop(tmp_path, task_
   for row in report["rows"]:
     assert f"| {row['workload']} |" in result.stdout  # The markdown table.
     for key in ("federated_examples_per_sec", "centralized_examples_per_sec",
-                "tight_loop_examples_per_sec", "seconds_per_round"):
+                "tight_loop_examples_per_sec", "keras_sgd_tight_loop_examples_per_sec",
+                "seconds_per_round"):
       assert row[key] > 0, key
     memory = row["federated_memory"]
     assert memory["processes"] >= 2  # Python and the TFF worker.
     assert 0 < memory["peak_rss_mb"] <= memory["peak_rss_mb_sum_of_high_water_marks"] + 1
     assert row["tight_loop_examples_per_sec"] == max(row["tight_loop_by_xla"].values())
+    assert row["keras_sgd_tight_loop_examples_per_sec"] == max(
+        row["keras_sgd_tight_loop_by_xla"].values())
     assert row["federated_fraction_of_tight_loop"] == pytest.approx(
         row["federated_examples_per_sec"] / row["tight_loop_examples_per_sec"],
         abs=1e-3)
