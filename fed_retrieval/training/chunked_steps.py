@@ -28,9 +28,9 @@ class ChunkedSteps(tf.keras.Model):
 
   def __init__(self, *args, batch_jit_compile: bool = False, **kwargs):
     super().__init__(*args, **kwargs)
-    self.batch_jit_compile = batch_jit_compile
     self._train_batch = tf.function(self._train_one_batch, jit_compile=batch_jit_compile)
-    # The training loss, a mean over the epoch's examples (as Keras reports it).
+    # The training loss over the epoch's examples (Keras means its batches'
+    # losses; a short batch counts here for its examples only).
     self.loss_tracker = tf.keras.metrics.Mean(name="loss")
 
   @classmethod
