@@ -93,10 +93,17 @@ def test_a_worker_that_dies_twice_is_replaced_and_the_run_ends_the_same(
   restarts = [line for line in stderr.splitlines() if "died" in line]
   assert len(restarts) == 2, stderr[-3000:]
   assert f"(pid {first}) died (killed by signal SIGSEGV, a crash inside" in restarts[0]
-  assert "restart 1 of 3: a new worker resumes from round 2" in restarts[0]
   assert f"(pid {second}) died (killed by signal SIGKILL, most often the kernel's " \
          "out-of-memory killer" in restarts[1]
-  assert "restart 2 of 3: a new worker resumes from round 4" in restarts[1]
+  # Each resumes from the last checkpoint (every 2 rounds) before its kill,
+  # which came once round 3, then round 5, was seen (a round may finish
+  # before the kill lands).
+  resumed = [re.search(r"restart (\d) of 3: a new worker resumes from round (\d+)",
+                       line).groups() for line in restarts]
+  assert [count for count, _ in resumed] == ["1", "2"]
+  first_round, second_round = (int(round_num) for _, round_num in resumed)
+  assert 2 <= first_round < second_round and second_round >= 4
+  assert first_round % 2 == second_round % 2 == 0
   results = results_of(tmp_path)
   assert results.pop("worker_restarts") == 2
   assert results == {k: v for k, v in uninterrupted.items() if k != "worker_restarts"}
