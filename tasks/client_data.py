@@ -241,10 +241,7 @@ def centralized_arrays(examples: Examples, positives_as_input: bool = False):
   return _inputs(examples, positives_as_input), examples.labels.astype(np.int32)
 
 
-def centralized_dataset(examples: Examples, batch_size: int,
-                        shuffle_seed: Optional[int] = None, epochs: Optional[int] = 1,
-                        positives_as_input: bool = False) -> tf.data.Dataset:
-  """All examples as batches (for Keras `fit`, `epochs` None: forever, and
-  evaluation): `shuffled_batches` of (inputs, labels)."""
-  return shuffled_batches(centralized_arrays(examples, positives_as_input),
-                          batch_size, shuffle_seed, epochs)
+def centralized_dataset(examples: Examples, batch_size: int) -> tf.data.Dataset:
+  """All examples in their order as batches of (contexts, labels): what
+  evaluation scores (training shuffles `centralized_arrays` in chunks)."""
+  return shuffled_batches(centralized_arrays(examples), batch_size)
