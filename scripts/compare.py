@@ -66,8 +66,8 @@ _CENTRALIZED_OPTIMIZER = flags.DEFINE_string("centralized_optimizer", "adam",
 _CENTRALIZED_JIT_COMPILE = flags.DEFINE_bool(
     "centralized_jit_compile", None,
     "MovieLens: compile the centralized runs' training step with XLA (default: "
-    "for the losses with spreadout; see train_centralized's "
-    "--jit_compile).")
+    "for the losses with spreadout, and global softmax under SGD; see "
+    "train_centralized's --jit_compile).")
 _CENTRALIZED_LEARNING_RATE = flags.DEFINE_float(
     "centralized_learning_rate", 0.01, "Learning rate of the centralized runs "
     f"(--task=xc: {_XC_CENTRALIZED.learning_rate}).")

@@ -160,18 +160,21 @@ def test_a_finished_run_given_more_epochs_trains_on_to_one_run_of_them(
 
 
 def test_the_centralized_step_compiles_with_xla_where_chosen(small_task, monkeypatch):
-  # By default for the objectives with spreadout; the flag overrides either way.
+  # By default for the objectives with spreadout, and for global softmax under
+  # plain SGD (not Adam); the flag overrides either way.
   jobs = []
   monkeypatch.setattr(centralized_loop, "run_centralized",
                       lambda job, config, output_dir: jobs.append(job))
-  runs = [("batch_softmax", None, False), ("batch_softmax_spreadout", None, True),
-          ("hinge", None, False), ("hinge_spreadout", None, True),
-          ("global_softmax", None, False), ("global_softmax", True, True),
-          ("hinge_spreadout", False, False)]
-  for loss, jit_compile, _ in runs:
+  runs = [("batch_softmax", "adam", None, False), ("batch_softmax", "sgd", None, False),
+          ("batch_softmax_spreadout", "adam", None, True), ("hinge", "sgd", None, False),
+          ("hinge_spreadout", "adam", None, True), ("global_softmax", "adam", None, False),
+          ("global_softmax", "sgdm", None, False), ("global_softmax", "sgd", None, True),
+          ("global_softmax", "adam", True, True), ("hinge_spreadout", "adam", False, False)]
+  for loss, optimizer, jit_compile, _ in runs:
     centralized_loop.train_centralized(small_task, centralized_loop.CentralizedConfig(
-        objective=ObjectiveConfig(loss), jit_compile=jit_compile), "unused")
-  assert [job.jit_compile for job in jobs] == [xla for _, _, xla in runs]
+        objective=ObjectiveConfig(loss), optimizer=optimizer, jit_compile=jit_compile),
+                                       "unused")
+  assert [job.jit_compile for job in jobs] == [xla for *_, xla in runs]
 
 
 @pytest.mark.parametrize("loss", ["batch_softmax_spreadout", "global_softmax"])

@@ -37,33 +37,46 @@ def test_chunks_refuse_an_empty_epoch_or_chunk(argument):
 
 
 def _model() -> tf.keras.Model:
+  """A dense layer with a regularizer, plus an embedding row picked by the
+  first input (rows repeat within a batch: a sparse gradient with repeats)."""
   inputs = tf.keras.Input([2])
-  outputs = tf.keras.layers.Dense(
+  dense = tf.keras.layers.Dense(
       4, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1),
       kernel_regularizer=tf.keras.regularizers.L2(0.01))(inputs)
-  return tf.keras.Model(inputs, outputs)
+  rows = tf.keras.layers.Lambda(lambda x: tf.cast(x[:, 0] * 10, tf.int32) % 3)(inputs)
+  embedded = tf.keras.layers.Embedding(
+      3, 4, embeddings_initializer=tf.keras.initializers.RandomUniform(seed=2))(rows)
+  return tf.keras.Model(inputs, dense + embedded)
 
 
-def _fit(model, dataset, steps_per_epoch: int, epochs: int):
-  model.compile(optimizer=tf.keras.optimizers.Adam(0.05),
+OPTIMIZERS = {"adam": lambda: tf.keras.optimizers.Adam(0.05),
+              "sgd": lambda: tf.keras.optimizers.SGD(0.1)}
+
+
+def _fit(model, dataset, steps_per_epoch: int, epochs: int, optimizer: str):
+  model.compile(optimizer=OPTIMIZERS[optimizer](),
                 loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
   history = model.fit(dataset, steps_per_epoch=steps_per_epoch, epochs=epochs, verbose=0)
   return model, history.history["loss"]
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 @pytest.mark.parametrize("batch_jit_compile", [False, True])
-def test_a_chunked_fit_takes_the_steps_of_a_batch_a_step(batch_jit_compile):
+def test_a_chunked_fit_takes_the_steps_of_a_batch_a_step(batch_jit_compile, optimizer):
   # 2 Keras epochs of 5 batches (the short batch of a pass among them), chunks
-  # of 3: 3 + 2 batches a Keras step; Adam and a regularizer's loss.
+  # of 3: 3 + 2 batches a Keras step; a regularizer's loss, embedding rows
+  # repeated in a batch. Plain SGD steps in place, Adam through Keras: both
+  # as Keras's own optimizer steps one batch a step.
   arrays = (ARRAYS[0] / 10, ARRAYS[1] % 4)
   one, one_losses = _fit(_model(), client_data.shuffled_batches(
-      arrays, 3, shuffle_seed=2, epochs=None), steps_per_epoch=5, epochs=2)
+      arrays, 3, shuffle_seed=2, epochs=None), 5, 2, optimizer)
   chunked, chunked_losses = _fit(
       chunked_steps.ChunkedSteps.on(_model(), batch_jit_compile=batch_jit_compile),
-      client_data.shuffled_chunks(arrays, 3, 5, 3, shuffle_seed=2), steps_per_epoch=2,
-      epochs=2)
+      client_data.shuffled_chunks(arrays, 3, 5, 3, shuffle_seed=2), 2, 2, optimizer)
+  assert chunked._steps_in_place == (optimizer == "sgd")  # pylint: disable=protected-access
   for a, b in zip(one.get_weights(), chunked.get_weights()):
     np.testing.assert_allclose(a, b, atol=1e-5)
+  assert int(chunked.optimizer.iterations) == int(one.optimizer.iterations) == 10
   assert chunked_losses[1] < chunked_losses[0]
   # Keras means the batches' losses; the chunked loop weighs them by examples
   # (the short batch counts for 1 of 13): close, not equal.

@@ -64,6 +64,19 @@ def steps_in_place(optimizer_state) -> bool:
   return list(optimizer_state) == ["learning_rate"]
 
 
+def keras_steps_in_place(optimizer: tf.keras.optimizers.Optimizer) -> bool:
+  """Whether Keras `optimizer` steps as `sgd_in_place` does: SGD at a constant
+  rate with nothing on top (momentum, weight decay, clipping, a moving
+  average), whose sparse update sums a gradient's repeated rows as the
+  scatter does."""
+  config = optimizer.get_config()
+  return (type(optimizer) is tf.keras.optimizers.SGD  # pylint: disable=unidiomatic-typecheck
+          and not isinstance(config["learning_rate"], dict)  # A schedule.
+          and not config["momentum"] and not config["use_ema"]
+          and all(config[k] is None for k in ("weight_decay", "clipnorm", "clipvalue",
+                                              "global_clipnorm")))
+
+
 def tff_optimizer(name: str, learning_rate: float, flag: str,
                   epsilon: Optional[float] = None) -> tff.learning.optimizers.Optimizer:
   """A TFF optimizer by name. `epsilon` (None: TFF's own, 1e-7 for Adam and

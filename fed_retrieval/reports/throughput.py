@@ -164,24 +164,37 @@ def round_breakdown(workload: Workload, repeats: int = 3) -> Dict[str, float]:
           "datasets_ms": round(1e3 * datasets, 1)}
 
 
+class _ChunkEndTimes(tf.keras.callbacks.Callback):
+  """When each Keras step (a chunk of batches) of `fit` ended."""
+
+  def __init__(self):
+    super().__init__()
+    self.times: List[float] = []
+
+  def on_train_batch_end(self, batch, logs=None):
+    self.times.append(time.perf_counter())
+
+
 def centralized_rate(workload: Workload, num_examples: int,
                      steps_per_execution: int) -> float:
-  """Examples/s of Keras `fit` (SGD) over the pooled examples after a warm-up,
-  as the centralized runs train: `steps_per_execution` batches a Keras step
-  (`chunked_steps`)."""
+  """Examples/s of Keras `fit` (SGD) over the pooled examples, as the
+  centralized runs train: `steps_per_execution` batches a Keras step
+  (`chunked_steps`). Timed from the end of the first step to the end of the
+  last, within one `fit`: the first step traces, and starts the input's
+  first pass (its shuffle of every row, which a run spends once a pass, not
+  once per the few rounds' worth of examples timed here)."""
   batch_size = workload.loop.batch_size
   model = chunked_steps.ChunkedSteps.on(
       workload.build_model(), batch_jit_compile=workload.centralized_jit_compile)
   model.compile(optimizer=optimizers.keras_optimizer("sgd", LEARNING_RATE),
                 loss=workload.loss)
-  batches = math.ceil(num_examples / batch_size)
-  chunks = client_data.shuffled_chunks(workload.clients.pooled(), batch_size, batches,
-                                       steps_per_execution, shuffle_seed=0)
-  model.fit(chunks, steps_per_epoch=1, epochs=1, verbose=0)  # Warm-up.
-  start = time.perf_counter()
-  model.fit(chunks, steps_per_epoch=math.ceil(batches / steps_per_execution), epochs=1,
-            verbose=0)
-  return batches * batch_size / (time.perf_counter() - start)
+  chunks = math.ceil(num_examples / batch_size / steps_per_execution) + 1
+  batches = chunks * steps_per_execution
+  ends = _ChunkEndTimes()
+  model.fit(client_data.shuffled_chunks(workload.clients.pooled(), batch_size, batches,
+                                        steps_per_execution, shuffle_seed=0),
+            steps_per_epoch=chunks, epochs=1, verbose=0, callbacks=[ends])
+  return (chunks - 1) * steps_per_execution * batch_size / (ends.times[-1] - ends.times[0])
 
 
 def tight_loop_rate(workload: Workload, num_examples: int, jit_compile: bool,
@@ -301,7 +314,7 @@ def movielens_workload(task: MovieLensTask, loss: str, algorithm: str,
           dual_encoder.build_dual_encoder(model_config, seed=0), objective.candidates),
       loss=objective.loss,
       client_shards=fedavg.shards_of(config),
-      centralized_jit_compile=centralized_loop.xla_by_default(objective))
+      centralized_jit_compile=centralized_loop.xla_by_default(objective, "sgd"))
 
 
 def xc_workload(task: XCTask, config: xc_training.XCFederatedConfig) -> Workload:

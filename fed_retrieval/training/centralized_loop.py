@@ -77,19 +77,23 @@ class CentralizedConfig:
     return early_stopping.StoppingRule.from_flags(self.patience, self.min_delta)
 
 
-def xla_by_default(objective: registry.Objective) -> bool:
+def xla_by_default(objective: registry.Objective, optimizer: str) -> bool:
   """Whether MovieLens's centralized batch step compiles with XLA unless told:
   for the objectives with spreadout, whose step also works on the whole item
   table (its Gram matrix; H+S's negatives against every item), which XLA
-  fuses. Measured here with `chunked_steps` (a chunk of batches a Keras step),
-  Adam, batch 16, XLA / plain examples per second, ml-latest-small and
-  synthetic ml1m: BS + spreadout 1.56 / 1.99, H+S 1.27 / 1.30. Not for the
-  others: batch softmax 1.00 / 1.00 and the hinge 0.88 / 0.90 (a [B, B]
-  step too small for XLA to pay for its call), global softmax 0.39 / 0.36
-  (its [B, V] softmax runs faster in TF's own kernels). (XC keeps plain
-  steps: XLA made Bibtex's centralized references 2-4x slower, its compile
-  outweighing short runs.)"""
-  return objective.spreadout.any
+  fuses; and for global softmax under plain SGD, whose step then writes only
+  the rows it touched (`chunked_steps`: in place), leaving the [B, V] softmax
+  XLA fuses. Measured here with `chunked_steps` (a chunk of batches a Keras
+  step), batch 16, XLA / plain examples per second on ml-latest-small and
+  synthetic ml1m: with Adam, BS + spreadout 1.56 / 1.99, H+S 1.27 / 1.30,
+  batch softmax 1.00 / 1.00, the hinge 0.88 / 0.90 (a [B, B] step too small
+  for XLA to pay for its call), global softmax 0.39 / 0.36 (Adam's dense
+  update of the whole table each step runs faster in TF's own kernels); with
+  SGD, global softmax 1.3-1.4 / 1.3-1.5, batch softmax 0.46 / 0.6, the hinge
+  0.6. (XC keeps plain steps: XLA made Bibtex's centralized references 2-4x
+  slower, its compile outweighing short runs.)"""
+  return objective.spreadout.any or (
+      registry.base_loss_name(objective.name) == "global_softmax" and optimizer == "sgd")
 
 
 def model_config_for(task: MovieLensTask, objective: registry.Objective,
@@ -329,6 +333,6 @@ def train_centralized(task: MovieLensTask, config: CentralizedConfig,
       write_files=task.items.save,
       baselines=lambda: retrieval_evaluation.most_popular_baseline(
           train, test, task.vocabulary_size, config.ks, config.batch_size),
-      jit_compile=(xla_by_default(objective) if config.jit_compile is None
+      jit_compile=(xla_by_default(objective, config.optimizer) if config.jit_compile is None
                    else config.jit_compile))
   return run_centralized(job, config, output_dir)
