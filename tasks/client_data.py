@@ -55,6 +55,13 @@ def shard_batch(shard: Shard, index: tf.Tensor):
   return tf.nest.map_structure(lambda t: t[begin:shard.batch_ends[index]], shard.examples)
 
 
+def shard_client_batches(shard: Shard) -> tf.Tensor:
+  """[clients + 1]: client i's batches of a shard are bounds[i]:bounds[i + 1]
+  (in a TF graph)."""
+  starts = tf.cast(tf.where(shard.starts_client)[:, 0], tf.int32)
+  return tf.concat([starts, tf.size(shard.batch_ends)[None]], 0)
+
+
 def shard_client_bounds(shard: Shard) -> tf.Tensor:
   """[clients + 1]: client i's rows of `shard.examples` are bounds[i]:bounds[i + 1]
   (its batches are consecutive)."""

@@ -93,6 +93,7 @@ def test_a_shard_holds_its_clients_batches_in_turn_each_first_one_marked():
     np.testing.assert_array_equal(batch_inputs, inputs)
     np.testing.assert_array_equal(batch_labels, labels)
   np.testing.assert_array_equal(client_data.shard_client_bounds(shard), [0, 4, 8, 10])
+  np.testing.assert_array_equal(client_data.shard_client_batches(shard), [0, 2, 4, 5])
   with_positives = client_data.ClientDatasets.from_examples(make_examples(), True)
   (shard,) = with_positives.shard_dataset(["5"], 4, 1, [None])
   inputs, labels = shard.examples

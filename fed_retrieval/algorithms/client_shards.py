@@ -7,9 +7,9 @@ graph run, the result sent back: ~4 ms here) outweighs the training itself.
 Here a TFF client is a shard of simulated clients: its dataset is one
 `tasks.client_data.Shard`, their examples one client after another with
 where each batch ends and which batches start a client
-(`ClientDatasets.shard_dataset`). A while loop slices each batch from those
-tensors (a dataset element a batch cost ~0.06 ms to fetch, as much as a
-small step). The shard computes each client's update from the round's model
+(`ClientDatasets.shard_dataset`). A while loop over the clients, and in each
+over its batches, slices each batch from those tensors (a dataset element a
+batch cost ~0.06 ms to fetch, as much as a small step). The shard computes each client's update from the round's model
 as the algorithm does and returns the example-weighted mean of their updates
 with their total weight:
 - FedAvg: the client trains with a fresh client optimizer; its update is the
@@ -112,19 +112,17 @@ def _shard_update_fn(model: tff.learning.models.VariableModel,
 
     total_update = zeros()
     total_weight = tf.constant(0.0)
-    client_examples = tf.constant(0, tf.int64)
-    carry = fresh_carry()
-    # Batches sliced from the shard's tensors in a while loop: no dataset
-    # element to fetch a batch (~0.06 ms each here, as much as a small step).
-    for index in tf.range(tf.size(shard.batch_ends)):
-      if shard.starts_client[index] and client_examples > 0:
-        total_update, total_weight = add_client(total_update, total_weight, carry,
-                                                client_examples)
-        client_examples = tf.constant(0, tf.int64)
-        carry = fresh_carry()
-      carry, examples = train_batch(client_data.shard_batch(shard, index), carry)
-      client_examples += examples
-    if client_examples > 0:
+    # A while loop over the clients, and in each over its batches, sliced from
+    # the shard's tensors: no dataset element to fetch a batch (~0.06 ms each
+    # here, as much as a small step), no condition a batch (a client's start
+    # tested at every batch cost ~15 us, a fifth of a batch-softmax step).
+    client_batches = client_data.shard_client_batches(shard)
+    for client in tf.range(tf.size(client_batches) - 1):
+      carry = fresh_carry()
+      client_examples = tf.constant(0, tf.int64)
+      for index in tf.range(client_batches[client], client_batches[client + 1]):
+        carry, examples = train_batch(client_data.shard_batch(shard, index), carry)
+        client_examples += examples
       total_update, total_weight = add_client(total_update, total_weight, carry,
                                               client_examples)
     mean_update = tf.nest.pack_sequence_as(
