@@ -478,22 +478,17 @@ class SubModelProcess:
                 table_total + table_weight(count), (row_ta, bag_ta, count_ta))
 
       totals = (zeros, tf.constant(0.0), tf.constant(0.0), tf.constant(0.0), uploads)
-      i = 0
-      tower, rows, keys, is_real, bag_keys = client_start(broadcast,
-                                                          client_answer(answer, bag_ends, i))
-      state = (tower, rows, tf.constant(0.0), tf.constant(0.0))
       shard = client_data.read_shard(dataset)
-      for index in tf.range(tf.size(shard.batch_ends)):
-        batch = client_data.shard_batch(shard, index)
-        if shard.starts_client[index] and state[3] > 0:  # The client before is done.
-          totals = add(totals, i, client_result(tower, rows, *state))
-          i += 1
-          tower, rows, keys, is_real, bag_keys = client_start(broadcast,
-                                                              client_answer(answer, bag_ends, i))
-          state = (tower, rows, tf.constant(0.0), tf.constant(0.0))
-        state = _sgd_step(spec, state, localized(batch, bag_keys), keys, is_real)
-      sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = add(
-          totals, i, client_result(tower, rows, *state))
+      client_batches = client_data.shard_client_batches(shard)
+      for i in tf.range(tf.size(client_batches) - 1):
+        tower, rows, keys, is_real, bag_keys = client_start(broadcast,
+                                                            client_answer(answer, bag_ends, i))
+        state = (tower, rows, tf.constant(0.0), tf.constant(0.0))
+        for index in tf.range(client_batches[i], client_batches[i + 1]):
+          state = _sgd_step(spec, state, localized(client_data.shard_batch(shard, index),
+                                                   bag_keys), keys, is_real)
+        totals = add(totals, i, client_result(tower, rows, *state))
+      sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
       divisors = [examples] * len(broadcast[0]) + (
           [table_total] if spec.whole_table else [])
       shared = tf.nest.pack_sequence_as(
