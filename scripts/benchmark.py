@@ -14,8 +14,9 @@ federated examples/s over --timed_rounds rounds after a warm-up round,
 centralized Keras `fit` on the same clients' pooled examples (the best of
 --steps_per_execution), a tight loop (SGD steps of the same model and loss
 over batches in memory, in place, the best of with and without XLA), the
-same loop through Keras's SGD, the fractions of the tight loops, seconds a
-round and the peak memory of the process tree (the TFF worker included). Prints a markdown table, then the JSON report; --output
+same loop through Keras's SGD (centralized and the loops each the best of 3
+runs), the fractions of the tight loops, seconds a round and the peak
+memory of the process tree (the TFF worker included). Prints a markdown table, then the JSON report; --output
 writes the JSON.
 """
 
