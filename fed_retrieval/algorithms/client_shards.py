@@ -9,9 +9,9 @@ Here a TFF client is a shard of simulated clients: its dataset is one
 where each batch ends and which batches start a client
 (`ClientDatasets.shard_dataset`). A while loop over the clients, and in each
 over its batches, slices each batch from those tensors (a dataset element a
-batch cost ~0.06 ms to fetch, as much as a small step). The shard computes each client's update from the round's model
-as the algorithm does and returns the example-weighted mean of their updates
-with their total weight:
+batch cost ~0.06 ms to fetch, as much as a small step). The shard computes
+each client's update from the round's model as the algorithm does and
+returns the example-weighted mean of their updates with their total weight:
 - FedAvg: the client trains with a fresh client optimizer; its update is the
   round's weights minus its trained ones. Plain SGD steps in place
   (`optimizers.sgd_in_place`: only the embedding rows a batch touches are
@@ -114,8 +114,9 @@ def _shard_update_fn(model: tff.learning.models.VariableModel,
     total_weight = tf.constant(0.0)
     # A while loop over the clients, and in each over its batches, sliced from
     # the shard's tensors: no dataset element to fetch a batch (~0.06 ms each
-    # here, as much as a small step), no condition a batch (a client's start
-    # tested at every batch cost ~15 us, a fifth of a batch-softmax step).
+    # here, as much as a small step), and no test at every batch of whether a
+    # client starts (batch softmax FedAvg: the worker's CPU a round 102 -> 94
+    # ms without it).
     client_batches = client_data.shard_client_batches(shard)
     for client in tf.range(tf.size(client_batches) - 1):
       carry = fresh_carry()

@@ -20,7 +20,8 @@ from fed_retrieval.algorithms import optimizers
 class ChunkedSteps(tf.keras.Model):
   """A functional model (built on another model's inputs and outputs, so the
   same layers and variables) whose `train_step` trains each batch of a chunk
-  in turn, with Keras's loss, regularization losses and optimizer.
+  in turn, with Keras's loss, regularization losses and optimizer (plain SGD
+  stepped in place, `optimizers.sgd_in_place`: the same values).
 
   Build it with `ChunkedSteps.on(model)`. Its step over one batch is the
   graph function XLA compiles when `batch_jit_compile` (Keras's own
