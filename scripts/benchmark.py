@@ -14,8 +14,8 @@ federated examples/s over --timed_rounds rounds after a warm-up round,
 centralized Keras `fit` on the same clients' pooled examples (the best of
 --steps_per_execution), a tight loop (SGD steps of the same model and loss
 over batches in memory, in place, the best of with and without XLA), the
-same loop through Keras's SGD (centralized and the loops each the best of 3
-runs), the fractions of the tight loops, seconds a round and the peak
+same loop through Keras's SGD (centralized and the loops each the best of
+--repeats runs), the fractions of the tight loops, seconds a round and the peak
 memory of the process tree (the TFF worker included). Prints a markdown table, then the JSON report; --output
 writes the JSON.
 """
@@ -69,6 +69,11 @@ _BREAKDOWN = flags.DEFINE_bool(
     "breakdown", False,
     "Also say where a round's time goes: a fixed part, per client, per batch, "
     "and building the datasets (milliseconds, one local worker).")
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 3,
+    "Centralized and the tight loops count the best of this many runs (each "
+    "trains a few rounds' examples in well under a second; this machine's speed "
+    "varied by up to 40% between runs).")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the JSON report here.")
 
 
@@ -119,9 +124,12 @@ def main(argv) -> None:
     local_workers = [int(n) for n in _LOCAL_WORKERS.value]
   except ValueError as e:
     raise ValueError(f"--local_workers: {e}") from e
+  if _REPEATS.value < 1:
+    raise ValueError(f"--repeats must be >= 1, got {_REPEATS.value}")
   rows = []
   for workload in workloads():
-    rows.append(throughput.measure(workload, _TIMED_ROUNDS.value, spe, local_workers))
+    rows.append(throughput.measure(workload, _TIMED_ROUNDS.value, spe, local_workers,
+                                   _REPEATS.value))
     if _BREAKDOWN.value:
       rows[-1]["round_breakdown"] = throughput.round_breakdown(workload)
   report = throughput.report(rows)
@@ -136,4 +144,4 @@ if __name__ == "__main__":
       *task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS, *federated_flags.ALL_FLAGS,
       ("Benchmark", None, (_TIMED_ROUNDS, _STEPS_PER_EXECUTION, _LOSSES, _ALGORITHMS,
                            _PU_METHOD, _MNIST_SHAPED, _LOCAL_WORKERS, _BREAKDOWN,
-                           _OUTPUT))])
+                           _REPEATS, _OUTPUT))])

@@ -20,7 +20,9 @@ per second of training after a warm-up (tracing, the worker's start):
   centralized also as a fraction of the same loop stepping through Keras's
   SGD (the best of with and without XLA): what `fit` and its input cost apart
   from Keras's optimizer (its bookkeeping, sparse rows deduplicated).
-Centralized and the tight loops count the best of `REPEATS` runs each.
+Centralized and the tight loops count the best of `repeats` runs each: a run
+trains a few rounds' examples in well under a second, where this machine's
+speed varied by up to 40% from one run to the next.
 For FedAwS and FedSS the centralized model and the tight loop are the full
 classifier (every class's score for every point), which a client does not
 compute: their fractions can pass 1.
@@ -58,10 +60,6 @@ from tasks.xc.xc_task import XCTask
 
 # The centralized and tight-loop SGD rate (the figures do not depend on it).
 LEARNING_RATE = 0.01
-# Centralized and the tight loops count their best of this many runs: each
-# trains a few rounds' examples in well under a second, where this machine's
-# speed varied by up to 40% from one run to the next.
-REPEATS = 3
 
 
 @dataclasses.dataclass
@@ -243,16 +241,17 @@ def tight_loop_rate(workload: Workload, num_examples: int, jit_compile: bool,
 
 def measure(workload: Workload, rounds: int,
             steps_per_execution: Sequence[int] = (1, 100),
-            local_workers: Sequence[int] = ()) -> Dict[str, Any]:
+            local_workers: Sequence[int] = (), repeats: int = 3) -> Dict[str, Any]:
   """The benchmark's row of one workload (as many examples in every setting
-  as its timed federated rounds trained on); with `local_workers`, also the
-  seconds a round when the clients are split across that many local workers."""
+  as its timed federated rounds trained on; centralized and the tight loops
+  the best of `repeats` runs); with `local_workers`, also the seconds a round
+  when the clients are split across that many local workers."""
   federated = federated_rate(workload, rounds)
   by_workers = {str(n): round(federated_rate(workload, rounds, n)["seconds_per_round"], 3)
                 for n in local_workers}
   num_examples = int(federated["examples_per_round"] * rounds)
   best_of = lambda rate, *args: max(rate(workload, num_examples, *args)
-                                    for _ in range(REPEATS))
+                                    for _ in range(repeats))
   centralized = {s: best_of(centralized_rate, s) for s in steps_per_execution}
   tight = {f"xla={jit}": best_of(tight_loop_rate, jit) for jit in (False, True)}
   best_tight = max(tight.values())
