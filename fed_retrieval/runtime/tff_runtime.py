@@ -18,6 +18,8 @@ The worker binary has no bind-address flag and listens on all interfaces. Call
 moves the process into a private network namespace that has only loopback, so
 the worker is unreachable from outside. (Nothing in this project uses the
 network at run time.)
+Both sides of the rounds' transfers run with glibc malloc keeping large freed
+buffers (`malloc_tuning`: XC rounds 222-233 -> 169-187 ms).
 """
 
 import atexit
@@ -40,6 +42,8 @@ from typing import Iterator, List, Optional, Sequence
 from absl import logging
 import grpc
 import portpicker
+
+from fed_retrieval.runtime import malloc_tuning
 
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
@@ -230,6 +234,7 @@ class LocalWorker:
           [worker_binary_path(), f"--port={self.port}",
            f"--max_concurrent_computation_calls={self._max_calls}"],
           stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+          env=malloc_tuning.worker_environment(),
           preexec_fn=_prepare_worker, close_fds=True)
     finally:
       if log is not subprocess.DEVNULL:
@@ -287,6 +292,7 @@ class LocalWorker:
 def _context(stub, context_class):
   """A TFF execution context (sync or async) that runs on one worker's stub."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  malloc_tuning.tune_this_process()  # Its rounds' buffers (malloc_tuning).
 
   def executor_stack(cardinalities):
     # Server-only computations (e.g. `initialize`) carry no client count.
