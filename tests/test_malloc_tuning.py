@@ -47,7 +47,7 @@ def test_worker_environment_adds_the_settings_unless_any_is_set(monkeypatch):
     monkeypatch.delenv(name, raising=False)
   environment = malloc_tuning.worker_environment()
   assert environment["MALLOC_MMAP_THRESHOLD_"] == str(32 * 1024 * 1024)
-  assert environment["MALLOC_TRIM_THRESHOLD_"] == str(1024 * 1024 * 1024)
+  assert environment["MALLOC_TRIM_THRESHOLD_"] == str(256 * 1024 * 1024)
   assert environment["MALLOC_TOP_PAD_"] == str(256 * 1024 * 1024)
   assert environment["PATH"] == os.environ["PATH"]
   monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")  # The user's choice wins.

@@ -9,13 +9,14 @@ freed) with a fresh mapping, and trims the heap's free top back to the kernel,
 so each round faulted its buffers' pages in again: 24-42k minor faults a round
 in this process, 11-13k in the worker, and a steady round took 222-233 ms.
 With allocations up to 32 MB served from the heap (`M_MMAP_THRESHOLD`, glibc's
-largest), up to 1 GB of free heap kept (`M_TRIM_THRESHOLD`) and the heap grown
-256 MB at a time (`M_TOP_PAD`): 100-600 faults, 3-4k in the worker, rounds of
-169-187 ms (interleaved runs, scratch measurements of one round loop). All three
-are needed: the trim threshold alone fixes the mmap threshold at 128 kB (392-404
-ms), the two thresholds without the pad left 17k faults (195-205 ms).
-MovieLens rounds move ~2 MB and did not change. The cost: freed memory stays in
-the process (counted in its RSS) up to 1 GB.
+largest), up to 256 MB of free heap kept (`M_TRIM_THRESHOLD`) and the heap
+grown 256 MB at a time (`M_TOP_PAD`): 100-900 faults, 3-6k in the worker,
+rounds of 169-187 ms (interleaved runs of a scratch round loop; keeping up to
+1 GB was no faster: FedSS 184-187 against 182-190 ms). All three are needed:
+the trim threshold alone fixes the mmap threshold at 128 kB (392-404 ms), the
+two thresholds without the pad left 17k faults (195-205 ms). MovieLens rounds
+move ~2 MB and did not change. The cost: up to 256 MB of freed memory stays in
+each process's RSS.
 
 The driving process is tuned with `mallopt` when it connects to a worker; a
 worker this project starts gets the same settings through glibc's environment
@@ -36,7 +37,7 @@ _M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 SETTINGS = {  # name: (mallopt parameter, value)
     "MALLOC_MMAP_THRESHOLD_": (_M_MMAP_THRESHOLD, 32 * 1024 * 1024),
-    "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, 1024 * 1024 * 1024),
+    "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, 256 * 1024 * 1024),
     "MALLOC_TOP_PAD_": (_M_TOP_PAD, 256 * 1024 * 1024),
 }
 
