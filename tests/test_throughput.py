@@ -21,8 +21,8 @@ def test_benchmark_reports_every_workload_against_the_tight_loop(tmp_path, task_
   output = tmp_path / "report.json"
   result = subprocess.run(
       [sys.executable, "-m", "scripts.benchmark", *task_flags, "--timed_rounds=1",
-       "--clients_per_round=5", "--steps_per_execution=1", "--repeats=1",
-       f"--output={output}",
+       "--warmup_rounds=1", "--clients_per_round=5", "--steps_per_execution=1",
+       "--repeats=1", f"--output={output}",
        f"--cache_dir={tmp_path}"],
       cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]

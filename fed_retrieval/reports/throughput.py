@@ -5,8 +5,11 @@ A `Workload` is one algorithm on one task: its process and clients (as the
 run loop drives them), and the Keras model and loss that train centrally on
 the pooled examples of the same clients. For each it measures, in examples
 per second of training after a warm-up (tracing, the worker's start):
-- federated: `rounds` rounds of `clients_per_round` sampled clients, with the
-  peak memory of the process tree (this process and the TFF worker);
+- federated: `rounds` rounds of `clients_per_round` sampled clients after
+  `warmup_rounds` untimed ones (the first traces; on `xc_small` the next three
+  still took 1.1-1.8x a steady round, which a run of hundreds of rounds does
+  not see), with the peak memory of the process tree (this process and the
+  TFF worker);
 - centralized: Keras `fit` with SGD over the pooled examples as the
   centralized runs train (a chunk of batches a Keras step, `chunked_steps`,
   whose plain SGD steps in place), the best of several `steps_per_execution`
@@ -95,25 +98,26 @@ def _workers(count: int) -> Iterator[None]:
       worker.stop()
 
 
-def federated_rate(workload: Workload, rounds: int, workers: int = 0) -> Dict[str, Any]:
-  """Examples/s and seconds a round over `rounds` timed rounds after a warm-up
-  round, and the process tree's peak memory meanwhile, on one local worker or
-  split across `workers` local workers. The workers are stopped afterwards,
-  so they cannot compete with what runs next."""
+def federated_rate(workload: Workload, rounds: int, workers: int = 0,
+                   warmup_rounds: int = 1) -> Dict[str, Any]:
+  """Examples/s and seconds a round over `rounds` timed rounds after
+  `warmup_rounds` untimed ones, and the process tree's peak memory meanwhile,
+  on one local worker or split across `workers` local workers. The workers are
+  stopped afterwards, so they cannot compete with what runs next."""
   loop = workload.loop
   with _workers(workers), process_memory.ProcessTreePeak() as peak:
     process = workload.build_process()
     sampler = client_sampling.sampler_for(workload.clients, loop)
     state = process.initialize()
     examples, seconds = 0, 0.0
-    for round_num in range(rounds + 1):
+    for round_num in range(warmup_rounds + rounds):
       clients = sampler.sample(loop.clients_per_round, loop.seed, round_num)
       start = time.perf_counter()
       output = process.next(state, federated_loop.round_datasets(
           workload.clients, clients, loop, round_num, workload.client_shards))
       elapsed = time.perf_counter() - start
       state = output.state
-      if round_num > 0:  # Round 0 warms up.
+      if round_num >= warmup_rounds:
         seconds += elapsed
         examples += int(output.metrics["client_work"]["train"]["num_examples"])
   return {"federated_examples_per_sec": examples / seconds,
@@ -241,14 +245,16 @@ def tight_loop_rate(workload: Workload, num_examples: int, jit_compile: bool,
 
 def measure(workload: Workload, rounds: int,
             steps_per_execution: Sequence[int] = (1, 100),
-            local_workers: Sequence[int] = (), repeats: int = 3) -> Dict[str, Any]:
+            local_workers: Sequence[int] = (), repeats: int = 3,
+            warmup_rounds: int = 1) -> Dict[str, Any]:
   """The benchmark's row of one workload (as many examples in every setting
-  as its timed federated rounds trained on; centralized and the tight loops
-  the best of `repeats` runs); with `local_workers`, also the seconds a round
-  when the clients are split across that many local workers."""
-  federated = federated_rate(workload, rounds)
-  by_workers = {str(n): round(federated_rate(workload, rounds, n)["seconds_per_round"], 3)
-                for n in local_workers}
+  as its timed federated rounds trained on, after `warmup_rounds`; centralized
+  and the tight loops the best of `repeats` runs); with `local_workers`, also
+  the seconds a round when the clients are split across that many local
+  workers."""
+  federated = federated_rate(workload, rounds, warmup_rounds=warmup_rounds)
+  by_workers = {str(n): round(federated_rate(workload, rounds, n, warmup_rounds)[
+      "seconds_per_round"], 3) for n in local_workers}
   num_examples = int(federated["examples_per_round"] * rounds)
   best_of = lambda rate, *args: max(rate(workload, num_examples, *args)
                                     for _ in range(repeats))
