@@ -29,7 +29,8 @@ class Shard(NamedTuple):
 
   `examples`: (inputs, labels) of the rows trained on, in order (a row once
   per epoch); batch b is rows `batch_ends[b - 1]:batch_ends[b]` (from 0 for
-  b = 0); `starts_client[b]`: batch b is its client's first.
+  b = 0); `starts_client[b]`: batch b is its client's first. Every batch of a
+  client but its last is full (its epochs are batched as one sequence).
   """
   # Fields in sorted order: TFF serializes a dataset of named elements only so.
   batch_ends: np.ndarray  # int32 [batches]
@@ -49,10 +50,35 @@ def read_shard(dataset: tf.data.Dataset) -> Shard:
   return Shard(*dataset.get_single_element())
 
 
-def shard_batch(shard: Shard, index: tf.Tensor):
-  """Batch `index` of a shard (in a TF graph)."""
+def shard_batch(shard: Shard, index: tf.Tensor, length: Optional[int] = None):
+  """Batch `index` of a shard (in a TF graph). With `length`, the batch's
+  known length (`checked_shard`): it is sliced with that static size, so the
+  graph that trains on it knows its shapes."""
+  end = shard.batch_ends[index]
+  if length is not None:
+    return tf.nest.map_structure(
+        lambda t: tf.slice(t, tf.concat([[end - length], tf.zeros([tf.rank(t) - 1],
+                                                                  tf.int32)], 0),
+                           [length] + [-1] * (t.shape.rank - 1)), shard.examples)
   begin = tf.where(index > 0, shard.batch_ends[tf.maximum(index - 1, 0)], 0)
-  return tf.nest.map_structure(lambda t: t[begin:shard.batch_ends[index]], shard.examples)
+  return tf.nest.map_structure(lambda t: t[begin:end], shard.examples)
+
+
+def checked_shard(shard: Shard, batch_size: int) -> Shard:
+  """The shard, its batch ends read only once checked that every batch but
+  each client's last holds `batch_size` examples and none more (in a TF
+  graph; else it fails naming the batch size): what `shard_batch(...,
+  length=batch_size)` relies on."""
+  lengths = shard.batch_ends - tf.concat([[0], shard.batch_ends[:-1]], 0)
+  is_last = tf.concat([shard.starts_client[1:], [True]], 0)
+  # tf.equal, not `==`: under TFF's tracing `==` compares the tensors' identity.
+  check = tf.debugging.assert_equal(
+      tf.reduce_all(tf.where(is_last, tf.less_equal(lengths, batch_size),
+                             tf.equal(lengths, batch_size))),
+      True, message=f"a shard's batches are not of the batch size {batch_size} "
+                    "(every one but each client's last full)")
+  with tf.control_dependencies([check]):
+    return shard._replace(batch_ends=tf.identity(shard.batch_ends))
 
 
 def shard_client_batches(shard: Shard) -> tf.Tensor:

@@ -92,6 +92,15 @@ def test_a_shard_holds_its_clients_batches_in_turn_each_first_one_marked():
     batch_inputs, batch_labels = client_data.shard_batch(shard, tf.constant(index))
     np.testing.assert_array_equal(batch_inputs, inputs)
     np.testing.assert_array_equal(batch_labels, labels)
+  # Every batch but a client's last is full: sliced with the static batch size.
+  checked = client_data.checked_shard(shard, 2)
+  for index in (0, 2):
+    static = client_data.shard_batch(checked, tf.constant(index), length=2)
+    assert static[1].shape == (2,)
+    for got, want in zip(static, expected[index]):
+      np.testing.assert_array_equal(got, want)
+  with pytest.raises(tf.errors.InvalidArgumentError, match="batch size 3"):
+    client_data.checked_shard(shard, 3)
   np.testing.assert_array_equal(client_data.shard_client_bounds(shard), [0, 4, 8, 10])
   np.testing.assert_array_equal(client_data.shard_client_batches(shard), [0, 2, 4, 5])
   with_positives = client_data.ClientDatasets.from_examples(make_examples(), True)

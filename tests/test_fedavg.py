@@ -64,7 +64,7 @@ def test_sharded_fedavg_equals_fedavg_with_momentum_and_several_steps(tff_contex
              (np.array([[0, 2], [1, -1]], np.float32), np.array([3, 1], np.float32))]
   config = FederatedConfig(algorithm="fedavg", client_optimizer="sgdm",
                            client_learning_rate=0.1, server_optimizer="sgd",
-                           server_learning_rate=1.0, client_shards=0)
+                           server_learning_rate=1.0, client_shards=0, batch_size=2)
   process = fedavg.build_learning_process(linear_model_fn, config)
   stock = process.next(process.initialize(), [
       tf.data.Dataset.from_tensor_slices(c).batch(2) for c in clients])
@@ -99,7 +99,7 @@ def test_sharded_fedsgd_equals_fedsgd_over_several_batches(tff_context):
               np.array([1, 2, 0], np.float32)), CLIENT_B,
              (np.array([[0, 2], [1, -1]], np.float32), np.array([3, 1], np.float32))]
   config = FederatedConfig(algorithm="fedsgd", server_optimizer="adam",
-                           server_learning_rate=0.1, client_shards=0)
+                           server_learning_rate=0.1, client_shards=0, batch_size=2)
   process = fedavg.build_learning_process(linear_model_fn, config)
   stock = process.next(process.initialize(), [
       tf.data.Dataset.from_tensor_slices(c).batch(2) for c in clients])
@@ -130,6 +130,18 @@ def test_server_learning_rate_halves_every_half_life(tff_context):
     np.testing.assert_allclose(
         np.asarray(process.get_model_weights(state).trainable[0]).reshape(2),
         expected, rtol=1e-5)
+
+
+def test_sharded_round_refuses_batches_not_of_the_batch_size(tff_context):
+  # Full batches train on the graph of the static batch size: shards batched
+  # otherwise must fail loudly, not slice the wrong rows.
+  clients = [(np.array([[1, 0], [0, 1], [1, 1]], np.float32),
+              np.array([1, 2, 0], np.float32)), CLIENT_B]
+  config = FederatedConfig(algorithm="fedavg", client_learning_rate=0.1,
+                           server_optimizer="sgd", client_shards=1, batch_size=3)
+  process = fedavg.build_learning_process(linear_model_fn, config)
+  with pytest.raises(Exception, match="not of the batch size 3"):
+    process.next(process.initialize(), [shard(clients, 2)])
 
 
 @pytest.mark.parametrize("algorithm,shards", [
@@ -181,7 +193,7 @@ def test_add_scaled_adds_dense_and_repeated_embedding_rows():
 def test_the_xla_choice_reaches_the_sharded_process(monkeypatch):
   chosen = []
   monkeypatch.setattr(fedavg.client_shards, "build_sharded_process",
-                      lambda *args: chosen.append(args[-1]))
+                      lambda *args: chosen.append(args[3]))
   for loss, jit_compile in (("global_softmax", None), ("hinge_spreadout", None),
                             ("global_softmax", False), ("batch_softmax", True)):
     fedavg.build_learning_process(linear_model_fn, FederatedConfig(
@@ -244,7 +256,7 @@ def test_sharded_rounds_equal_tff_rounds_on_embedding_rows(
   data = client_data.ClientDatasets(contexts, labels, points)
   config = FederatedConfig(algorithm=algorithm, client_optimizer=client_optimizer,
                            client_learning_rate=0.5, server_optimizer="sgd",
-                           server_learning_rate=1.0, client_shards=0)
+                           server_learning_rate=1.0, client_shards=0, batch_size=2)
   stock_process = fedavg.build_learning_process(model_fn, config)
   stock = stock_process.next(stock_process.initialize(), [
       data.training_dataset(c, 2, 1, None) for c in ("0", "1")])

@@ -89,7 +89,8 @@ def build_learning_process(model_fn: ModelFn, config
       config.client_optimizer, config.client_learning_rate, "client_optimizer"))
   if shards_of(config):
     return client_shards.build_sharded_process(model_fn, server_optimizer,
-                                               client_optimizer, config.client_jit_compile)
+                                               client_optimizer, config.client_jit_compile,
+                                               config.batch_size)
   if config.algorithm == "fedsgd":
     return tff.learning.algorithms.build_fed_sgd(
         model_fn, server_optimizer_fn=server_optimizer,
