@@ -99,7 +99,7 @@ def _workers(count: int) -> Iterator[None]:
 
 
 def federated_rate(workload: Workload, rounds: int, workers: int = 0,
-                   warmup_rounds: int = 1) -> Dict[str, Any]:
+                   warmup_rounds: int = 5) -> Dict[str, Any]:
   """Examples/s and seconds a round over `rounds` timed rounds after
   `warmup_rounds` untimed ones, and the process tree's peak memory meanwhile,
   on one local worker or split across `workers` local workers. The workers are
@@ -246,7 +246,7 @@ def tight_loop_rate(workload: Workload, num_examples: int, jit_compile: bool,
 def measure(workload: Workload, rounds: int,
             steps_per_execution: Sequence[int] = (1, 100),
             local_workers: Sequence[int] = (), repeats: int = 3,
-            warmup_rounds: int = 1) -> Dict[str, Any]:
+            warmup_rounds: int = 5) -> Dict[str, Any]:
   """The benchmark's row of one workload (as many examples in every setting
   as its timed federated rounds trained on, after `warmup_rounds`; centralized
   and the tight loops the best of `repeats` runs); with `local_workers`, also
