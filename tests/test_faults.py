@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from fed_retrieval.training import checkpoints
 from tests.script_runs import run_script
 from tests.script_runs import wait_for_round
 from tests.script_runs import worker_pids
@@ -117,16 +118,23 @@ def test_torn_checkpoint_is_set_aside_and_the_run_finishes_the_same(
   wait_for_round(tmp_path, 5)  # Checkpoints of rounds 0, 2 and 4 exist.
   os.kill(process.pid, signal.SIGKILL)
   process.wait()
-  checkpoints = os.path.join(tmp_path, "checkpoints")
-  assert sorted(os.listdir(checkpoints)) == [
-      "program_state_0", "program_state_2", "program_state_4"]
-  (variables,) = glob.glob(os.path.join(
-      checkpoints, "program_state_4", "variables", "variables.data-*"))
+  directory = os.path.join(tmp_path, "checkpoints")
+  # A kill that lands while the next checkpoint is written leaves it staged,
+  # never under its final name.
+  names = os.listdir(directory)
+  assert all(name.startswith(("program_state_", checkpoints.STAGING_PREFIX))
+             for name in names), names
+  versions = sorted(int(name.rsplit("_", 1)[1]) for name in names
+                    if name.startswith("program_state_"))
+  assert versions[:3] == [0, 2, 4] and all(v % 2 == 0 for v in versions), names
+  newest = f"program_state_{versions[-1]}"
+  (variables,) = glob.glob(os.path.join(directory, newest, "variables",
+                                        "variables.data-*"))
   with open(variables, "r+b") as f:  # Tear it, as a kill mid-write would.
     f.truncate(os.path.getsize(variables) // 2)
   stderr = finish(tmp_path, cache_dir)
-  assert "unreadable_program_state_4" in stderr
-  assert os.path.isdir(os.path.join(checkpoints, "unreadable_program_state_4"))
+  assert f"unreadable_{newest}" in stderr
+  assert os.path.isdir(os.path.join(directory, f"unreadable_{newest}"))
   assert results_of(tmp_path) == uninterrupted
 
 
