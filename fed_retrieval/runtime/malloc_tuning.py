@@ -14,9 +14,11 @@ grown 256 MB at a time (`M_TOP_PAD`): 100-900 faults, 3-6k in the worker,
 rounds of 169-187 ms (interleaved runs of a scratch round loop; keeping up to
 1 GB was no faster: FedSS 184-187 against 182-190 ms). All three are needed:
 the trim threshold alone fixes the mmap threshold at 128 kB (392-404 ms), the
-two thresholds without the pad left 17k faults (195-205 ms). MovieLens rounds
-move ~2 MB and did not change. The cost: up to 256 MB of freed memory stays in
-each process's RSS.
+two thresholds without the pad left 17k faults (195-205 ms). On the real
+Bibtex data, FedAwS rounds took 739-766 ms against 998-1034 ms untuned.
+MovieLens rounds move ~2 MB and did not change (ml-latest-small's batch
+softmax: 75-76 against 73-81 ms). The cost: up to 256 MB of freed memory stays
+in each process's RSS.
 
 The driving process is tuned with `mallopt` when it connects to a worker; a
 worker this project starts gets the same settings through glibc's environment
