@@ -57,8 +57,7 @@ def shard_batch(shard: Shard, index: tf.Tensor, length: Optional[int] = None):
   end = shard.batch_ends[index]
   if length is not None:
     return tf.nest.map_structure(
-        lambda t: tf.slice(t, tf.concat([[end - length], tf.zeros([tf.rank(t) - 1],
-                                                                  tf.int32)], 0),
+        lambda t: tf.slice(t, [end - length] + [0] * (t.shape.rank - 1),
                            [length] + [-1] * (t.shape.rank - 1)), shard.examples)
   begin = tf.where(index > 0, shard.batch_ends[tf.maximum(index - 1, 0)], 0)
   return tf.nest.map_structure(lambda t: t[begin:end], shard.examples)
