@@ -105,9 +105,10 @@ def _shard_update_fn(model: tff.learning.models.VariableModel,
       else:
         update = tuple(g / weight for g in carry)
       finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(u)) for u in update])
+      total_update = tf.cond(
+          finite, lambda: tuple(total + u * weight for total, u in zip(total_update, update)),
+          lambda: total_update)
       weight = tf.where(finite, weight, 0.0)
-      total_update = tuple(total + tf.where(finite, u, tf.zeros_like(u)) * weight
-                           for total, u in zip(total_update, update))
       for v, t in zip(trainable, initial):
         v.assign(t)
       return total_update, total_weight + weight
