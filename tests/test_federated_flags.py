@@ -51,11 +51,11 @@ def test_movielens_defaults_and_flags():
 
 
 @pytest.mark.parametrize("args,expected", [
-    ((), True),  # Global softmax, in shards.
+    ((), False),  # Global softmax, in shards: XLA no longer pays.
     (("--loss=hinge_spreadout",), False), (("--loss=batch_softmax",), False),
-    (("--client_shards=0",), False), (("--noclient_jit_compile",), False),
+    (("--client_jit_compile",), True),
     (("--loss=hinge_spreadout", "--client_jit_compile"), True)])
-def test_movielens_clients_compile_their_step_for_global_softmax(args, expected):
+def test_movielens_clients_compile_their_step_only_when_told(args, expected):
   loss = [a.split("=")[1] for a in args if a.startswith("--loss=")] or ["global_softmax"]
   config = resolved_loss(loss[0], *[a for a in args if not a.startswith("--loss=")])
   assert config["client_jit_compile"] is expected

@@ -107,15 +107,6 @@ def build_learning_process(model_fn: ModelFn, config
       server_optimizer_fn=server_optimizer, loop_implementation=CLIENT_LOOP)
 
 
-def client_xla_by_default(loss: str) -> bool:
-  """Whether a MovieLens loss's client step compiles with XLA in shards unless
-  told: for global softmax, whose [B, V] step XLA fuses (FedAvg rounds on
-  ml1m 1.2-1.33x, ml-latest-small 1.3-1.6x faster). Not the others: H+S
-  1.0x on ml1m, 0.84-0.95x on ml-latest-small; batch softmax and the hinge,
-  a step too small to pay for XLA's call."""
-  return registry.base_loss_name(loss) == "global_softmax"
-
-
 def shards_of(config) -> int:
   """The shards a round's clients are trained in (0: a TFF client each):
   `client_shards` without DP (clipping is per client)."""

@@ -78,10 +78,10 @@ CLIENT_SHARDS = flags.DEFINE_integer(
     "rows and uploads); 0: one call per client, as DP runs always do "
     f"(default {_DEFAULTS.client_shards}).")
 CLIENT_JIT_COMPILE = flags.DEFINE_bool(
-    "client_jit_compile", None,
-    "Compile each client batch's step with XLA (shards of clients only; "
-    "default: MovieLens global softmax, 1.3-1.6x faster rounds; not the other "
-    "losses or the PU CNN, where it gains nothing).")
+    "client_jit_compile", False,
+    "Compile each client batch's step with XLA (shards of clients only). Off: "
+    "on this CPU it made no loss's rounds faster once full batches had static "
+    "shapes (global softmax FedAvg 1.1-1.4x slower on ml-latest-small and ml1m).")
 LOCAL_EPOCHS = flags.DEFINE_integer("local_epochs", _DEFAULTS.local_epochs,
                                     "Passes over its data a client makes per round.")
 MAX_LOCAL_STEPS = flags.DEFINE_integer(
@@ -338,7 +338,7 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       max_local_steps=_max_local_steps(loop.max_local_steps),
       client_sampling=given(CLIENT_SAMPLING, loop.client_sampling),
       client_shards=_or(CLIENT_SHARDS.value, loop.client_shards),
-      client_jit_compile=_or(CLIENT_JIT_COMPILE.value, loop.client_jit_compile),
+      client_jit_compile=given(CLIENT_JIT_COMPILE, loop.client_jit_compile),
       batch_size=given(model_flags.BATCH_SIZE, loop.batch_size),
       client_optimizer=given(CLIENT_OPTIMIZER, loop.client_optimizer),
       **_optimization_from_flags(loop),
