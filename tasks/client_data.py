@@ -172,16 +172,16 @@ class ClientDatasets:
     shuffle_seeds[k], ...)`."""
     row_lists = [self._rows(c, batch_size, epochs, seed, max_steps)
                  for c, seed in zip(client_ids, shuffle_seeds)]
-    ends, starts, offset = [], [], 0
-    for rows in row_lists:
-      ends.append(offset + np.minimum(np.arange(1, -(-len(rows) // batch_size) + 1)
-                                      * batch_size, len(rows)))
-      starts.append(np.arange(len(ends[-1])) == 0)
-      offset += len(rows)
+    lengths = np.array([len(rows) for rows in row_lists], np.int64)
+    batches = -(-lengths // batch_size)
+    # Batch b's index within its client, its client's first row and length.
+    within = np.arange(batches.sum()) - np.repeat(np.cumsum(batches) - batches, batches)
+    first_row = np.repeat(np.cumsum(lengths) - lengths, batches)
+    ends = first_row + np.minimum((within + 1) * batch_size, np.repeat(lengths, batches))
     return tf.data.Dataset.from_tensors(Shard(
-        batch_ends=np.concatenate(ends).astype(np.int32),
+        batch_ends=ends.astype(np.int32),
         examples=self._take(np.concatenate(row_lists)),
-        starts_client=np.concatenate(starts)))
+        starts_client=within == 0))
 
 
 def _natural_order(client_id: str):
