@@ -19,3 +19,10 @@ def tff_context():
   from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
   with tff_runtime.local_execution_context() as worker:
     yield worker
+
+
+@pytest.fixture(scope="session")
+def tff_worker_environment(tff_context):
+  """The environment the session's TFF worker runs with (from /proc)."""
+  with open(f"/proc/{tff_context.pid}/environ", "rb") as f:
+    return dict(entry.decode().split("=", 1) for entry in f.read().split(b"\0") if entry)

@@ -56,11 +56,8 @@ def test_worker_environment_adds_the_settings_unless_any_is_set(monkeypatch):
   assert "MALLOC_MMAP_THRESHOLD_" not in environment and "MALLOC_TOP_PAD_" not in environment
 
 
-def test_session_worker_runs_with_the_settings(tff_context):
+def test_session_worker_runs_with_the_settings(tff_worker_environment):
   if any(name in os.environ for name in malloc_tuning.SETTINGS):
     pytest.skip("the environment sets malloc itself")
-  with open(f"/proc/{tff_context.pid}/environ", "rb") as f:
-    environment = dict(entry.decode().split("=", 1) for entry in f.read().split(b"\0")
-                       if entry)
   for name, (_, value) in malloc_tuning.SETTINGS.items():
-    assert environment[name] == str(value)
+    assert tff_worker_environment[name] == str(value)
