@@ -194,11 +194,13 @@ def test_the_xla_choice_reaches_the_sharded_process(monkeypatch):
   chosen = []
   monkeypatch.setattr(fedavg.client_shards, "build_sharded_process",
                       lambda *args: chosen.append(args[3]))
-  for loss, jit_compile in (("global_softmax", None), ("hinge_spreadout", None),
-                            ("global_softmax", False), ("batch_softmax", True)):
+  for loss, jit_compile in (("global_softmax", {}), ("hinge_spreadout", {}),
+                            ("global_softmax", {"client_jit_compile": True}),
+                            ("batch_softmax", {"client_jit_compile": True}),
+                            ("global_softmax", {"client_jit_compile": False})):
     fedavg.build_learning_process(linear_model_fn, FederatedConfig(
-        objective=ObjectiveConfig(loss), client_jit_compile=jit_compile))
-  assert chosen == [True, False, False, True]
+        objective=ObjectiveConfig(loss), **jit_compile))
+  assert chosen == [False, False, True, True, False]  # Off unless asked for.
 
 
 def test_sgd_in_place_steps_as_tff_sgd_on_dense_and_repeated_embedding_rows():
