@@ -14,19 +14,19 @@ worker each way, alternated (10 rounds after 5):
 - Bibtex FedAwS 884-1055 -> 658-742 ms; `xc_small` FedAwS 212-253 ->
   191-215 ms, FedSS 289-301 -> 227-260 ms;
 - the PU CNN on the digits 281-343 -> 131-137 ms.
-A worker this project starts gets the cores divided by the client calls a
-round runs at once by default (at least 1); a value already in the
-environment wins (set it for another `--client_shards`: with one shard, ops
-may use every core).
+A worker this project starts gets the cores divided by the shards a round
+runs at once by default (`DEFAULT_CLIENT_SHARDS`, the federated configs'
+default; at least 1); a value already in the environment wins (set it for
+another `--client_shards`: with one shard, ops may use every core).
 """
 
 import os
 from typing import Dict, Optional
 
 VARIABLE = "TF_NUM_INTRAOP_THREADS"
-# Client computations a round runs at once in a worker by default: the
-# shards of `federated_loop.FederatedConfig.client_shards`.
-CONCURRENT_CLIENT_CALLS = 2
+# The shards of clients a round runs at once in a worker by default: the
+# `client_shards` default of the MovieLens and XC run configs.
+DEFAULT_CLIENT_SHARDS = 2
 
 
 def available_cores() -> int:
@@ -37,8 +37,8 @@ def available_cores() -> int:
 
 
 def intra_op_threads(cores: Optional[int] = None) -> int:
-  """Threads an op may use so that the concurrent client calls share the cores."""
-  return max(1, (available_cores() if cores is None else cores) // CONCURRENT_CLIENT_CALLS)
+  """Threads an op may use so that a round's default shards share the cores."""
+  return max(1, (available_cores() if cores is None else cores) // DEFAULT_CLIENT_SHARDS)
 
 
 def with_intra_op_threads(environment: Dict[str, str]) -> Dict[str, str]:

@@ -44,6 +44,7 @@ from fed_retrieval.evaluation import recall_metrics
 from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.runtime import worker_threads
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import checkpoints
 from fed_retrieval.training import client_sampling
@@ -100,7 +101,7 @@ class FederatedConfig:
   local_epochs: int = 1
   max_local_steps: Optional[int] = 20
   client_sampling: Optional[str] = None  # None: uniform (runs made before it).
-  client_shards: int = 2
+  client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS
   batch_size: int = 16
   client_optimizer: str = "sgd"
   client_learning_rate: Optional[float] = None

@@ -32,6 +32,7 @@ from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.evaluation import classification_metrics
 from fed_retrieval.models import xc_encoder
+from fed_retrieval.runtime import worker_threads
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_loop
@@ -65,7 +66,7 @@ class XCFederatedConfig:
   # Each round's clients in this many TFF client calls (0: one a client;
   # DP runs always one a client), each client still trained and answered
   # as its own (`sub_model`, `client_shards`).
-  client_shards: int = 2
+  client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS
   eval_every: int = 5
   checkpoint_every: int = 5
   patience: int = 4
