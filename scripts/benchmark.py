@@ -9,15 +9,16 @@ r"""Throughput of every federated algorithm and of centralized Keras against a t
   python -m scripts.benchmark --task=pu --pu_data=mnist --mnist_path=DIR
   python -m scripts.benchmark --task=pu --pu_data=mnist --mnist_path=/tmp/mnist10k \
       --mnist_shaped=10000
-For each workload (an algorithm on the task, with the federated flags given):
-federated examples/s over --timed_rounds rounds after --warmup_rounds,
-centralized Keras `fit` on the same clients' pooled examples (the best of
---steps_per_execution), a tight loop (SGD steps of the same model and loss
-over batches in memory, in place, the best of with and without XLA), the
-same loop through Keras's SGD (centralized and the loops each the best of
---repeats runs), the fractions of the tight loops, seconds a round and the peak
-memory of the process tree (the TFF worker included). Prints a markdown table, then the JSON report; --output
-writes the JSON.
+For each workload (an algorithm on the task, with the federated flags given),
+--repeats trials, each: federated examples/s over --timed_rounds rounds (after
+--warmup_rounds once), then at once centralized Keras `fit` on as many of the
+same clients' pooled examples (the best of --steps_per_execution), a tight
+loop (SGD steps of the same model and loss over batches in memory, in place,
+the best of with and without XLA) and the same loop through Keras's SGD, and
+the trial's fractions of the tight loops. Reports the medians over the
+trials with each fraction's range, seconds a round and the peak memory of
+the process tree (the TFF worker included). Prints a markdown table, then the
+JSON report (every trial in it); --output writes the JSON.
 """
 
 import dataclasses
@@ -40,7 +41,7 @@ from tasks.pu import image_io
 from tasks.pu import pu_task
 from tasks.xc import xc_task
 
-_TIMED_ROUNDS = flags.DEFINE_integer("timed_rounds", 10, "Timed federated rounds.")
+_TIMED_ROUNDS = flags.DEFINE_integer("timed_rounds", 10, "Timed federated rounds a trial.")
 _WARMUP_ROUNDS = flags.DEFINE_integer(
     "warmup_rounds", 5,
     "Untimed federated rounds first: the first traces, and on xc_small the "
@@ -74,9 +75,10 @@ _BREAKDOWN = flags.DEFINE_bool(
     "and building the datasets (milliseconds, one local worker).")
 _REPEATS = flags.DEFINE_integer(
     "repeats", 3,
-    "Centralized and the tight loops count the best of this many runs (each "
-    "trains a few rounds' examples in well under a second; this machine's speed "
-    "varied by up to 40% between runs).")
+    "Trials a workload: each times --timed_rounds federated rounds, then at once "
+    "centralized and the tight loops on as many examples; each fraction is "
+    "taken within a trial and reported as the median with its range (this "
+    "machine's speed moved by up to 40% between the minutes of one run).")
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the JSON report here.")
 
 

@@ -9,7 +9,7 @@ per second of training after a warm-up (tracing, the worker's start):
   `warmup_rounds` untimed ones (the first traces; on `xc_small` the next three
   still took 1.1-1.8x a steady round, which a run of hundreds of rounds does
   not see), with the peak memory of the process tree (this process and the
-  TFF worker);
+  TFF worker) while those warm up;
 - centralized: Keras `fit` with SGD over the pooled examples as the
   centralized runs train (a chunk of batches a Keras step, `chunked_steps`,
   whose plain SGD steps in place), the best of several `steps_per_execution`
@@ -23,9 +23,13 @@ per second of training after a warm-up (tracing, the worker's start):
   centralized also as a fraction of the same loop stepping through Keras's
   SGD (the best of with and without XLA): what `fit` and its input cost apart
   from Keras's optimizer (its bookkeeping, sparse rows deduplicated).
-Centralized and the tight loops count the best of `repeats` runs each: a run
-trains a few rounds' examples in well under a second, where this machine's
-speed varied by up to 40% from one run to the next.
+The three are measured in `repeats` trials, each its federated rounds (the
+next ones of the same process) followed at once by centralized and the tight
+loops on as many examples; a fraction is taken within a trial and reported
+as the median over the trials with its range. This machine's speed moved by
+up to 40% between the minutes of one run: when the tight loop was timed
+minutes after the federated rounds (the best of 3 runs), the same fraction
+read 0.74 in one run and 1.14 in the next.
 For FedAwS and FedSS the centralized model and the tight loop are the full
 classifier (every class's score for every point), which a client does not
 compute: their fractions can pass 1.
@@ -35,7 +39,7 @@ import contextlib
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Dict, Iterator, List, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -98,28 +102,43 @@ def _workers(count: int) -> Iterator[None]:
       worker.stop()
 
 
+class FederatedRounds:
+  """The workload's process on the current execution context, driven as the
+  run loop drives it: `run(rounds)` trains the next rounds (newly sampled
+  clients each) and says how many examples they trained and in how many
+  seconds (building the round's datasets, as a run does, and `next`). The first `warmup_rounds` run untimed at construction."""
+
+  def __init__(self, workload: Workload, warmup_rounds: int):
+    self._workload = workload
+    self._process = workload.build_process()
+    self._sampler = client_sampling.sampler_for(workload.clients, workload.loop)
+    self._state = self._process.initialize()
+    self._next_round = 0
+    self.run(warmup_rounds)
+
+  def run(self, rounds: int) -> Tuple[int, float]:
+    loop, workload = self._workload.loop, self._workload
+    examples, seconds = 0, 0.0
+    for round_num in range(self._next_round, self._next_round + rounds):
+      clients = self._sampler.sample(loop.clients_per_round, loop.seed, round_num)
+      start = time.perf_counter()
+      output = self._process.next(self._state, federated_loop.round_datasets(
+          workload.clients, clients, loop, round_num, workload.client_shards))
+      seconds += time.perf_counter() - start
+      self._state = output.state
+      examples += int(output.metrics["client_work"]["train"]["num_examples"])
+    self._next_round += rounds
+    return examples, seconds
+
+
 def federated_rate(workload: Workload, rounds: int, workers: int = 0,
                    warmup_rounds: int = 5) -> Dict[str, Any]:
   """Examples/s and seconds a round over `rounds` timed rounds after
   `warmup_rounds` untimed ones, and the process tree's peak memory meanwhile,
   on one local worker or split across `workers` local workers. The workers are
   stopped afterwards, so they cannot compete with what runs next."""
-  loop = workload.loop
   with _workers(workers), process_memory.ProcessTreePeak() as peak:
-    process = workload.build_process()
-    sampler = client_sampling.sampler_for(workload.clients, loop)
-    state = process.initialize()
-    examples, seconds = 0, 0.0
-    for round_num in range(warmup_rounds + rounds):
-      clients = sampler.sample(loop.clients_per_round, loop.seed, round_num)
-      start = time.perf_counter()
-      output = process.next(state, federated_loop.round_datasets(
-          workload.clients, clients, loop, round_num, workload.client_shards))
-      elapsed = time.perf_counter() - start
-      state = output.state
-      if round_num >= warmup_rounds:
-        seconds += elapsed
-        examples += int(output.metrics["client_work"]["train"]["num_examples"])
+    examples, seconds = FederatedRounds(workload, warmup_rounds).run(rounds)
   return {"federated_examples_per_sec": examples / seconds,
           "seconds_per_round": seconds / rounds,
           "examples_per_round": examples / rounds,
@@ -243,50 +262,87 @@ def tight_loop_rate(workload: Workload, num_examples: int, jit_compile: bool,
   return steps * batch_size / (time.perf_counter() - start)
 
 
+def _trial(workload: Workload, federated_rounds: FederatedRounds, rounds: int,
+           steps_per_execution: Sequence[int]) -> Dict[str, Any]:
+  """One trial: `rounds` federated rounds, then centralized and the tight
+  loops on as many examples, back to back, with the fractions of the fastest
+  tight loop (and Keras-SGD loop) of this trial."""
+  examples, seconds = federated_rounds.run(rounds)
+  centralized = {str(s): centralized_rate(workload, examples, s)
+                 for s in steps_per_execution}
+  tight = {f"xla={jit}": tight_loop_rate(workload, examples, jit) for jit in (False, True)}
+  keras_tight = {f"xla={jit}": tight_loop_rate(workload, examples, jit, True)
+                 for jit in (False, True)}
+  federated = examples / seconds
+  best_centralized, best_tight = max(centralized.values()), max(tight.values())
+  return {
+      "federated_examples_per_sec": federated,
+      "centralized_examples_per_sec": best_centralized,
+      "tight_loop_examples_per_sec": best_tight,
+      "keras_sgd_tight_loop_examples_per_sec": max(keras_tight.values()),
+      "federated_fraction_of_tight_loop": federated / best_tight,
+      "centralized_fraction_of_tight_loop": best_centralized / best_tight,
+      "centralized_fraction_of_keras_sgd_tight_loop":
+          best_centralized / max(keras_tight.values()),
+      "seconds_per_round": seconds / rounds,
+      "examples_per_round": examples / rounds,
+      "centralized_by_steps_per_execution": centralized,
+      "tight_loop_by_xla": tight,
+      "keras_sgd_tight_loop_by_xla": keras_tight,
+  }
+
+
+_FRACTIONS = ("federated_fraction_of_tight_loop", "centralized_fraction_of_tight_loop",
+              "centralized_fraction_of_keras_sgd_tight_loop")
+
+
+def _median_of(trials: Sequence[Dict[str, Any]], digits: int) -> Dict[str, Any]:
+  """Every figure of the trials as its median (per key in the nested ones)."""
+  median = lambda values: round(float(np.median(values)), digits)
+  return {key: ({k: median([t[key][k] for t in trials]) for k in value}
+                if isinstance(value, dict) else median([t[key] for t in trials]))
+          for key, value in trials[0].items()}
+
+
 def measure(workload: Workload, rounds: int,
             steps_per_execution: Sequence[int] = (1, 100),
             local_workers: Sequence[int] = (), repeats: int = 3,
             warmup_rounds: int = 5) -> Dict[str, Any]:
-  """The benchmark's row of one workload (as many examples in every setting
-  as its timed federated rounds trained on, after `warmup_rounds`; centralized
-  and the tight loops the best of `repeats` runs); with `local_workers`, also
-  the seconds a round when the clients are split across that many local
-  workers."""
-  federated = federated_rate(workload, rounds, warmup_rounds=warmup_rounds)
+  """The benchmark's row of one workload: `repeats` trials (`_trial`) on one
+  worker, after `warmup_rounds`, each reported; every figure the median over
+  the trials, and each fraction with its range. A trial's federated rounds
+  and its centralized and tight-loop runs follow each other within seconds,
+  so a fraction compares figures of one speed of the VM (which moved by up
+  to 40% between the minutes of one run). The memory is the process tree's
+  peak while the process is built and its warm-up rounds run (the timed
+  rounds are the same kind). With `local_workers`, also the seconds a round
+  when the clients are split across that many local workers."""
+  with _workers(0):
+    with process_memory.ProcessTreePeak() as peak:
+      federated_rounds = FederatedRounds(workload, warmup_rounds)
+    trials = [_trial(workload, federated_rounds, rounds, steps_per_execution)
+              for _ in range(repeats)]
   by_workers = {str(n): round(federated_rate(workload, rounds, n, warmup_rounds)[
       "seconds_per_round"], 3) for n in local_workers}
-  num_examples = int(federated["examples_per_round"] * rounds)
-  best_of = lambda rate, *args: max(rate(workload, num_examples, *args)
-                                    for _ in range(repeats))
-  centralized = {s: best_of(centralized_rate, s) for s in steps_per_execution}
-  tight = {f"xla={jit}": best_of(tight_loop_rate, jit) for jit in (False, True)}
-  best_tight = max(tight.values())
-  keras_tight = {f"xla={jit}": best_of(tight_loop_rate, jit, True) for jit in (False, True)}
-  best_keras_tight = max(keras_tight.values())
-  federated_rate_value = federated["federated_examples_per_sec"]
-  best_centralized = max(centralized.values())
-  return {
-      "workload": workload.name,
-      "federated_examples_per_sec": round(federated_rate_value, 1),
-      "centralized_examples_per_sec": round(best_centralized, 1),
-      "tight_loop_examples_per_sec": round(best_tight, 1),
-      "keras_sgd_tight_loop_examples_per_sec": round(best_keras_tight, 1),
-      "federated_fraction_of_tight_loop": round(federated_rate_value / best_tight, 3),
-      "centralized_fraction_of_tight_loop": round(best_centralized / best_tight, 3),
-      "centralized_fraction_of_keras_sgd_tight_loop": round(
-          best_centralized / best_keras_tight, 3),
-      "seconds_per_round": round(federated["seconds_per_round"], 3),
-      "examples_per_round": round(federated["examples_per_round"], 1),
-      "centralized_by_steps_per_execution": {str(k): round(v, 1)
-                                             for k, v in centralized.items()},
-      "tight_loop_by_xla": {k: round(v, 1) for k, v in tight.items()},
-      "keras_sgd_tight_loop_by_xla": {k: round(v, 1) for k, v in keras_tight.items()},
-      "federated_memory": federated["federated_memory"],
-      **({"seconds_per_round_by_local_workers": by_workers} if by_workers else {}),
-  }
+  row = {"workload": workload.name, **_median_of(trials, 3)}
+  for key in _FRACTIONS:
+    row[key.replace("fraction", "fraction_range")] = [
+        round(min(t[key] for t in trials), 3), round(max(t[key] for t in trials), 3)]
+  return {**row, "trials": [_median_of([t], 3) for t in trials],
+          "federated_memory": peak.report(),
+          **({"seconds_per_round_by_local_workers": by_workers} if by_workers else {})}
+
+
+def _fraction_cell(row: Dict[str, Any], key: str) -> str:
+  """'0.44 (0.41-0.48)': the median over the trials and their range."""
+  low, high = row[key.replace("fraction", "fraction_range")]
+  median = f"{row[key]:.2f}"
+  return median if len(row["trials"]) == 1 else f"{median} ({low:.2f}-{high:.2f})"
 
 
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
+  """The rows as a markdown table: medians over the trials, and each
+  fraction's range over them."""
   lines = ["| workload | federated ex/s | centralized ex/s | tight loop ex/s | "
            "tight loop, Keras SGD ex/s | federated / tight | centralized / tight | "
            "centralized / Keras-SGD tight | s a round | tree peak GB |",
@@ -297,9 +353,7 @@ def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
         f"{row['centralized_examples_per_sec']:,.0f} | "
         f"{row['tight_loop_examples_per_sec']:,.0f} | "
         f"{row['keras_sgd_tight_loop_examples_per_sec']:,.0f} | "
-        f"{row['federated_fraction_of_tight_loop']:.2f} | "
-        f"{row['centralized_fraction_of_tight_loop']:.2f} | "
-        f"{row['centralized_fraction_of_keras_sgd_tight_loop']:.2f} | "
+        f"{' | '.join(_fraction_cell(row, key) for key in _FRACTIONS)} | "
         f"{row['seconds_per_round']:.2f} | "
         f"{row['federated_memory']['peak_rss_mb'] / 1e3:.2f} |")
   return "\n".join(lines) + "\n"
