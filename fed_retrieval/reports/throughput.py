@@ -106,7 +106,8 @@ class FederatedRounds:
   """The workload's process on the current execution context, driven as the
   run loop drives it: `run(rounds)` trains the next rounds (newly sampled
   clients each) and says how many examples they trained and in how many
-  seconds (building the round's datasets, as a run does, and `next`). The first `warmup_rounds` run untimed at construction."""
+  seconds (building the round's datasets, as a run does, and `next`). The
+  first `warmup_rounds` run untimed at construction."""
 
   def __init__(self, workload: Workload, warmup_rounds: int):
     self._workload = workload
@@ -296,9 +297,10 @@ _FRACTIONS = ("federated_fraction_of_tight_loop", "centralized_fraction_of_tight
               "centralized_fraction_of_keras_sgd_tight_loop")
 
 
-def _median_of(trials: Sequence[Dict[str, Any]], digits: int) -> Dict[str, Any]:
-  """Every figure of the trials as its median (per key in the nested ones)."""
-  median = lambda values: round(float(np.median(values)), digits)
+def _median_of(trials: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+  """Every figure of the trials as its median (per key in the nested ones),
+  to 3 decimals; of one trial, its figures rounded."""
+  median = lambda values: round(float(np.median(values)), 3)
   return {key: ({k: median([t[key][k] for t in trials]) for k in value}
                 if isinstance(value, dict) else median([t[key] for t in trials]))
           for key, value in trials[0].items()}
@@ -324,11 +326,11 @@ def measure(workload: Workload, rounds: int,
               for _ in range(repeats)]
   by_workers = {str(n): round(federated_rate(workload, rounds, n, warmup_rounds)[
       "seconds_per_round"], 3) for n in local_workers}
-  row = {"workload": workload.name, **_median_of(trials, 3)}
+  row = {"workload": workload.name, **_median_of(trials)}
   for key in _FRACTIONS:
     row[key.replace("fraction", "fraction_range")] = [
         round(min(t[key] for t in trials), 3), round(max(t[key] for t in trials), 3)]
-  return {**row, "trials": [_median_of([t], 3) for t in trials],
+  return {**row, "trials": [_median_of([t]) for t in trials],
           "federated_memory": peak.report(),
           **({"seconds_per_round_by_local_workers": by_workers} if by_workers else {})}
 
