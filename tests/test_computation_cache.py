@@ -43,6 +43,11 @@ def _double(x):
   return 2 * x
 
 
+@tff.tensorflow.computation(np.int32)
+def _triple(x):
+  return 3 * x
+
+
 def _create(executor, value, type_spec=None):
   return asyncio.run(executor.create_value(
       value, type_spec or getattr(value, "type_signature", None)))
@@ -66,6 +71,21 @@ def test_a_computation_is_sent_once_per_executor_id_and_other_values_every_time(
   executor.set_cardinalities({tff.CLIENTS: 3})
   _create(executor, _add_one)
   assert stub.created == 6
+
+
+def test_only_the_most_recently_run_computations_are_kept():
+  stub = _CountingStub()
+  executor = computation_cache.ComputationCachingRemoteExecutor(stub)
+  executor.max_computations = 2
+  executor.set_cardinalities({tff.CLIENTS: 1})
+  add_one = _create(executor, _add_one)
+  _create(executor, _double)
+  assert _create(executor, _add_one) is add_one  # Now the most recent.
+  _create(executor, _triple)  # Drops `_double`, the least recently run.
+  assert stub.created == 3
+  assert _create(executor, _add_one) is add_one and stub.created == 3
+  _create(executor, _double)
+  assert stub.created == 4
 
 
 def test_rounds_reuse_the_computation_in_the_worker_with_the_same_results(

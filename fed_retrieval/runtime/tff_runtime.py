@@ -23,7 +23,7 @@ buffers (`malloc_tuning`: XC rounds 222-233 -> 169-187 ms), the worker's
 ops each use their share of the cores (`worker_threads`: a round's shards
 run at once; H+S rounds on ml-latest-small 1.7x faster), and each
 computation is created in the worker once, not every call
-(`computation_cache`: batch-softmax rounds 55-76 -> 47-49 ms).
+(`computation_cache`: batch-softmax rounds 50.8 -> 46.2 ms).
 """
 
 import atexit
