@@ -297,6 +297,11 @@ _FRACTIONS = ("federated_fraction_of_tight_loop", "centralized_fraction_of_tight
               "centralized_fraction_of_keras_sgd_tight_loop")
 
 
+def _range_key(fraction_key: str) -> str:
+  """Where a row keeps a fraction's [min, max] over its trials."""
+  return fraction_key.replace("fraction", "fraction_range")
+
+
 def _median_of(trials: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
   """Every figure of the trials as its median (per key in the nested ones),
   to 3 decimals; of one trial, its figures rounded."""
@@ -328,7 +333,7 @@ def measure(workload: Workload, rounds: int,
       "seconds_per_round"], 3) for n in local_workers}
   row = {"workload": workload.name, **_median_of(trials)}
   for key in _FRACTIONS:
-    row[key.replace("fraction", "fraction_range")] = [
+    row[_range_key(key)] = [
         round(min(t[key] for t in trials), 3), round(max(t[key] for t in trials), 3)]
   return {**row, "trials": [_median_of([t]) for t in trials],
           "federated_memory": peak.report(),
@@ -337,7 +342,7 @@ def measure(workload: Workload, rounds: int,
 
 def _fraction_cell(row: Dict[str, Any], key: str) -> str:
   """'0.44 (0.41-0.48)': the median over the trials and their range."""
-  low, high = row[key.replace("fraction", "fraction_range")]
+  low, high = row[_range_key(key)]
   median = f"{row[key]:.2f}"
   return median if len(row["trials"]) == 1 else f"{median} ({low:.2f}-{high:.2f})"
 
