@@ -13,7 +13,7 @@ from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.training import checkpoints
-from fed_retrieval.training import federated_loop
+from fed_retrieval.training import round_calls
 from fed_retrieval.training import xc_training
 from losses import sampled_softmax
 from tasks import client_data
@@ -307,7 +307,7 @@ def test_sharded_rounds_equal_a_tff_client_each(tff_context, algorithm, row_mean
                                         config)
     state = process.initialize()
     for round_num in range(2):
-      state = process.next(state, federated_loop.round_datasets(
+      state = process.next(state, round_calls.round_datasets(
           task.clients, clients, config, round_num, shards)).state
     weights.append(process.get_model_weights(state).trainable)
   # (The oracle's shards step the bag's rows in place, a repeated feature's

@@ -54,9 +54,9 @@ from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import chunked_steps
-from fed_retrieval.training import client_sampling
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training import pu_training
+from fed_retrieval.training import round_calls
 from fed_retrieval.training import xc_training
 from fed_retrieval.training.federated_loop import FederatedConfig
 from losses import registry
@@ -104,31 +104,29 @@ def _workers(count: int) -> Iterator[None]:
 
 class FederatedRounds:
   """The workload's process on the current execution context, driven as the
-  run loop drives it: `run(rounds)` trains the next rounds (newly sampled
-  clients each) and says how many examples they trained and in how many
-  seconds (building the round's datasets, as a run does, and `next`). The
-  first `warmup_rounds` run untimed at construction."""
+  run loop drives it (`round_calls.RoundCalls`: newly sampled clients each
+  round, the rounds up to the loop's next evaluation a call): `run(rounds)`
+  trains the next rounds and says how many examples they trained and in how
+  many seconds (sampling and building the rounds' datasets, as a run does,
+  and the calls). The first `warmup_rounds` run untimed at construction."""
 
   def __init__(self, workload: Workload, warmup_rounds: int):
-    self._workload = workload
     self._process = workload.build_process()
-    self._sampler = client_sampling.sampler_for(workload.clients, workload.loop)
+    self._calls = round_calls.RoundCalls(self._process, workload.clients, workload.loop,
+                                         workload.client_shards)
     self._state = self._process.initialize()
-    self._next_round = 0
+    self._next_round = 1  # Rounds count from 1, as a run's do.
     self.run(warmup_rounds)
 
   def run(self, rounds: int) -> Tuple[int, float]:
-    loop, workload = self._workload.loop, self._workload
     examples, seconds = 0, 0.0
-    for round_num in range(self._next_round, self._next_round + rounds):
-      clients = self._sampler.sample(loop.clients_per_round, loop.seed, round_num)
+    last = self._next_round + rounds - 1
+    while self._next_round <= last:
       start = time.perf_counter()
-      output = self._process.next(self._state, federated_loop.round_datasets(
-          workload.clients, clients, loop, round_num, workload.client_shards))
+      self._state, metrics = self._calls.next(self._state, self._next_round, last)
       seconds += time.perf_counter() - start
-      self._state = output.state
-      examples += int(output.metrics["client_work"]["train"]["num_examples"])
-    self._next_round += rounds
+      examples += sum(int(m["client_work"]["train"]["num_examples"]) for m in metrics)
+      self._next_round += len(metrics)
     return examples, seconds
 
 
@@ -165,13 +163,13 @@ def round_breakdown(workload: Workload, repeats: int = 3) -> Dict[str, float]:
     state = process.initialize()
 
     def seconds(config, ids):
-      data = federated_loop.round_datasets(clients, ids, config, 0, shards)
+      data = round_calls.round_datasets(clients, ids, config, 0, shards)
       process.next(state, data)  # Warm-up: tracing, caches.
       times = []
       for _ in range(repeats):
         start = time.perf_counter()
-        process.next(state, federated_loop.round_datasets(clients, ids, config, 0,
-                                                          shards))
+        process.next(state, round_calls.round_datasets(clients, ids, config, 0,
+                                                        shards))
         times.append(time.perf_counter() - start)
       return float(np.median(times))
 
@@ -180,7 +178,7 @@ def round_breakdown(workload: Workload, repeats: int = 3) -> Dict[str, float]:
     clients_one_batch = seconds(one_batch, ids)
     clients_many_batches = seconds(many_batches, ids)
     start = time.perf_counter()
-    federated_loop.round_datasets(clients, ids, loop, 0, shards)
+    round_calls.round_datasets(clients, ids, loop, 0, shards)
     datasets = time.perf_counter() - start
   batches = sum(min(steps, -(-10 * clients.num_examples(c) // loop.batch_size))
                 for c in ids)

@@ -12,6 +12,9 @@ Convergence: the run stops when the job's monitored validation metric
 `rounds`; it reports and exports the model of the best evaluation. With
 `patience` 0 it trains all `rounds` and reports the final model.
 
+A TFF call trains the rounds up to the next evaluation or checkpoint
+(`round_calls.RoundCalls`): a fifth of the calls by default, the same rounds.
+
 Checkpoints appear whole or not at all, and an unreadable one is set aside
 (`checkpoints`). Resuming: everything random is a function of (seed, round),
 client sampling and client shuffles included, and the state is restored from
@@ -30,9 +33,8 @@ import csv
 import dataclasses
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -50,6 +52,7 @@ from fed_retrieval.training import checkpoints
 from fed_retrieval.training import client_sampling
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import progress
+from fed_retrieval.training import round_calls
 from fed_retrieval.training import run_directory
 from losses import registry
 from tasks import client_data
@@ -171,26 +174,6 @@ def stopping_rule(config) -> early_stopping.StoppingRule:
                                                 config.smoothing)
 
 
-def _client_seed(seed: int, round_num: int, index: int) -> int:
-  return int(np.random.SeedSequence([seed, round_num, index]).generate_state(1)[0])
-
-
-def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
-                   config, round_num: int, shards: int = 0) -> List[tf.data.Dataset]:
-  """What a round's `next` takes: a dataset per client, or (`shards` > 0, a
-  process built with `client_shards`) that many shard datasets of consecutive
-  clients. Client i of the round trains on the same batches either way."""
-  seeds = [_client_seed(config.seed, round_num, i) for i in range(len(clients))]
-  if not shards:
-    return [data.training_dataset(client, config.batch_size, config.local_epochs,
-                                  seed, config.max_local_steps)
-            for client, seed in zip(clients, seeds)]
-  bounds = np.linspace(0, len(clients), min(shards, len(clients)) + 1).round()
-  return [data.shard_dataset(clients[a:b], config.batch_size, config.local_epochs,
-                             seeds[a:b], config.max_local_steps)
-          for a, b in zip(bounds[:-1].astype(int), bounds[1:].astype(int))]
-
-
 def _history_through(metrics_path: str, round_num: int,
                      monitored: str) -> Tuple[int, List[Tuple[int, float]]]:
   """(examples trained on, validation curve) through `round_num`, from the metrics."""
@@ -310,9 +293,9 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
   """Starts a worker if none runs, resumes from the latest checkpoint, trains,
   reports; `restarts` and `death` say how often and why it had to start over."""
   tff_runtime.ensure_execution_context()
-  sampler = client_sampling.sampler_for(job.clients, config)
   privacy = _privacy_of(config, len(job.clients.client_ids))
   process = job.build_process()
+  calls = round_calls.RoundCalls(process, job.clients, config, job.client_shards)
   state_manager = checkpoints.AtomicFileProgramStateManager(
       os.path.join(output_dir, "checkpoints"), keep_total=3)
   initial_state = process.initialize()
@@ -341,32 +324,30 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
                                  may_stop_early=bool(rule.patience))
   if death is None:
     lines.say(run_directory.starting_line(output_dir, done_rounds, "round"))
-  for round_num in range(done_rounds + 1, config.rounds + 1):
-    if rule.should_stop(curve):
-      break
-    clients = sampler.sample(config.clients_per_round, config.seed, round_num)
-    output = process.next(state, round_datasets(job.clients, clients, config,
-                                                round_num, job.client_shards))
-    state = output.state
-    trained_rounds = round_num
-    row = {**_training_metrics(output.metrics), **job.round_metrics,
-           **privacy(round_num)}
-    examples_seen += int(row["train_num_examples"])
-    row["examples_seen"] = examples_seen
-    if round_num % config.eval_every == 0 or round_num == config.rounds:
-      fedavg.assign_weights(process, state, server_model)
-      row.update({f"val_{k}": v for k, v in job.evaluate(server_model, "validation").items()})
-      latest_value = row[monitored]
-      curve.append((round_num, latest_value))
-      if rule.patience and rule.best(curve)[0] == round_num:
-        server_model.save_weights(best_weights)
-    asyncio.run(metrics_csv.release(row, key=round_num))
-    asyncio.run(tensorboard.release(row, key=round_num))
-    if (round_num % config.checkpoint_every == 0 or round_num == config.rounds or
-        rule.should_stop(curve)):
-      asyncio.run(state_manager.save(state, round_num))
-    lines.report(round_num, f"loss {row['train_loss']:.4f}, val {job.monitored} " +
-                 ("-" if latest_value is None else f"{latest_value:.4f}"))
+  # A call trains the rounds up to the next evaluation or checkpoint
+  # (`round_calls`): the state is here at every round that needs it.
+  while trained_rounds < config.rounds and not rule.should_stop(curve):
+    state, call_metrics = calls.next(state, trained_rounds + 1, config.rounds)
+    for round_num, metrics in enumerate(call_metrics, trained_rounds + 1):
+      row = {**_training_metrics(metrics), **job.round_metrics, **privacy(round_num)}
+      examples_seen += int(row["train_num_examples"])
+      row["examples_seen"] = examples_seen
+      if round_num % config.eval_every == 0 or round_num == config.rounds:
+        fedavg.assign_weights(process, state, server_model)
+        row.update({f"val_{k}": v
+                    for k, v in job.evaluate(server_model, "validation").items()})
+        latest_value = row[monitored]
+        curve.append((round_num, latest_value))
+        if rule.patience and rule.best(curve)[0] == round_num:
+          server_model.save_weights(best_weights)
+      asyncio.run(metrics_csv.release(row, key=round_num))
+      asyncio.run(tensorboard.release(row, key=round_num))
+      if (round_num % config.checkpoint_every == 0 or round_num == config.rounds or
+          rule.should_stop(curve)):
+        asyncio.run(state_manager.save(state, round_num))
+      lines.report(round_num, f"loss {row['train_loss']:.4f}, val {job.monitored} " +
+                   ("-" if latest_value is None else f"{latest_value:.4f}"))
+    trained_rounds += len(call_metrics)
   if rule.patience:  # Converged: the best evaluated model (the last round always is).
     best_round = rule.best(curve)[0]
     server_model.load_weights(best_weights)
