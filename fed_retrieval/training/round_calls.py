@@ -12,8 +12,9 @@ calls. Batch softmax rounds took 49.6 ms against 65.9 ms a call each
 (interleaved blocks in one worker, one-off script).
 
 A call's rounds send their client data at once: it holds no more rounds than
-fit in `MAX_CALL_BYTES` (at least one), so PU's MNIST-size rounds (~113 MB of
-images each) still go one a call.
+fit in `MAX_CALL_BYTES` (at least one), so PU's rounds on MNIST-size images
+(23 MB a round on the 10k test images, 135 MB on the full 60k) still go one
+a call.
 
 Only a `tff.learning` process on one worker chains its rounds: a sub-model
 process (FedAwS, FedSS) serves its clients in Python between rounds, and TFF's
