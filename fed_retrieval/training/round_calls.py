@@ -39,6 +39,12 @@ def _client_seed(seed: int, round_num: int, index: int) -> int:
   return int(np.random.SeedSequence([seed, round_num, index]).generate_state(1)[0])
 
 
+def tff_clients(clients: int, shards: int) -> int:
+  """How many datasets (TFF clients) `round_datasets` makes of a round's
+  `clients` clients in `shards` shards (0: one per client)."""
+  return min(shards, clients) if shards else clients
+
+
 def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
                    config, round_num: int, shards: int = 0) -> List[tf.data.Dataset]:
   """What a round's `next` takes: a dataset per client, or (`shards` > 0, a
@@ -49,7 +55,7 @@ def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
     return [data.training_dataset(client, config.batch_size, config.local_epochs,
                                   seed, config.max_local_steps)
             for client, seed in zip(clients, seeds)]
-  bounds = np.linspace(0, len(clients), min(shards, len(clients)) + 1).round()
+  bounds = np.linspace(0, len(clients), tff_clients(len(clients), shards) + 1).round()
   return [data.shard_dataset(clients[a:b], config.batch_size, config.local_epochs,
                              seeds[a:b], config.max_local_steps)
           for a, b in zip(bounds[:-1].astype(int), bounds[1:].astype(int))]
@@ -95,7 +101,8 @@ class RoundCalls:
         # One computation takes one count of TFF clients: a round of another
         # (Poisson sampling) starts the next call.
         ids = sample(round_num)
-        if self._tff_clients(ids) != self._tff_clients(clients[0]):
+        if (tff_clients(len(ids), self._shards) !=
+            tff_clients(len(clients[0]), self._shards)):
           break
         clients.append(ids)
     data = [round_datasets(self._clients, ids, config, round_num, self._shards)
@@ -105,10 +112,6 @@ class RoundCalls:
       return output.state, [output.metrics]
     state, metrics = self._chain(len(data))(state, data)
     return state, list(metrics)
-
-  def _tff_clients(self, clients: Sequence[str]) -> int:
-    """The datasets (TFF clients) `round_datasets` makes of a round's clients."""
-    return min(self._shards, len(clients)) if self._shards else len(clients)
 
   def _chains_rounds(self) -> bool:
     return (isinstance(self._process, tff.learning.templates.LearningProcess) and
