@@ -13,6 +13,7 @@ from typing import Any, Dict, NamedTuple, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from tasks import seed_sequences
 from tasks.movielens.sequence_examples import Examples
 
 
@@ -144,18 +145,17 @@ class ClientDatasets:
     return sum(rows) * row_bytes
 
   def _rows(self, client_id: str, batch_size: int, epochs: int,
-            shuffle_seed: Optional[int], max_steps: Optional[int]) -> np.ndarray:
-    """The point indices a client trains on in a round, in order."""
+            rng: Optional[np.random.Generator], max_steps: Optional[int]) -> np.ndarray:
+    """The point indices a client trains on in a round, in order: each
+    epoch's shuffled by `rng` (None: in their order)."""
     _check_batching(batch_size, epochs)
     if max_steps is not None and max_steps < 1:
       raise ValueError(f"--max_local_steps must be >= 1, got {max_steps}")
     if client_id not in self._points:
       raise KeyError(f"unknown client id {client_id}")
     points = self._points[client_id]
-    rng = np.random.default_rng(shuffle_seed)
-    rows = np.concatenate([
-        points[rng.permutation(len(points))] if shuffle_seed is not None else points
-        for _ in range(epochs)])
+    rows = np.concatenate([points[rng.permutation(len(points))] if rng is not None else points
+                           for _ in range(epochs)])
     return rows if max_steps is None else rows[:max_steps * batch_size]
 
   def _take(self, rows: np.ndarray):
@@ -171,7 +171,8 @@ class ClientDatasets:
     when seeded), batched, the short last batch kept; with `max_steps`, only
     the first that many batches (seeded, a client with more examples trains on
     a fresh sample of them for each seed)."""
-    rows = self._rows(client_id, batch_size, epochs, shuffle_seed, max_steps)
+    (rng,) = seed_sequences.generators([shuffle_seed])
+    rows = self._rows(client_id, batch_size, epochs, rng, max_steps)
     return tf.data.Dataset.from_tensor_slices(self._take(rows)).batch(batch_size)
 
   def shard_dataset(self, client_ids: Sequence[str], batch_size: int, epochs: int,
@@ -179,9 +180,10 @@ class ClientDatasets:
                     max_steps: Optional[int] = None) -> tf.data.Dataset:
     """A dataset of one `Shard`: the batches of several clients one client
     after another, client k's those of `training_dataset(client_ids[k], ...,
-    shuffle_seeds[k], ...)`."""
-    row_lists = [self._rows(c, batch_size, epochs, seed, max_steps)
-                 for c, seed in zip(client_ids, shuffle_seeds)]
+    shuffle_seeds[k], ...)`. (Each client's generator is seeded as
+    `np.random.default_rng` would, all at once: `seed_sequences`.)"""
+    row_lists = [self._rows(c, batch_size, epochs, rng, max_steps)
+                 for c, rng in zip(client_ids, seed_sequences.generators(shuffle_seeds))]
     lengths = np.array([len(rows) for rows in row_lists], np.int64)
     batches = -(-lengths // batch_size)
     # Batch b's index within its client, its client's first row and length.

@@ -35,6 +35,10 @@ def test_batching_keeps_the_short_last_batch_and_shuffles_each_epoch():
   assert sorted(labels[:3]) == sorted(labels[3:]) == [10, 11, 12]
   again = list(data.training_dataset("3", 2, 2, shuffle_seed=1).as_numpy_iterator())
   assert np.array_equal(np.concatenate([l for _, l in again]), labels)
+  # NumPy's shuffle of the client's examples by default_rng(seed), each epoch in turn.
+  rng = np.random.default_rng(1)
+  np.testing.assert_array_equal(labels, np.concatenate(
+      [np.array([10, 11, 12])[rng.permutation(3)] for _ in range(2)]))
   unshuffled = data.training_dataset("3", 2, 2).unbatch()
   assert [int(l) for _, l in unshuffled] == [10, 11, 12, 10, 11, 12]
 

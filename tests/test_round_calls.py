@@ -45,6 +45,29 @@ def linear_clients() -> client_data.ClientDatasets:
                        enumerate(zip(bounds[:-1], bounds[1:]))})
 
 
+@pytest.mark.parametrize("shards", [0, 2])
+def test_client_i_of_a_round_shuffles_with_its_seed_sequence(shards):
+  """Client i of round r trains on its examples in the order of
+  default_rng(SeedSequence([seed, r, i]).generate_state(1)[0]), with or
+  without shards: a run's data order, kept from before the seeding was
+  vectorized (`tasks.seed_sequences`)."""
+  clients = linear_clients()
+  config = FederatedConfig(batch_size=2, local_epochs=2, seed=3)
+  ids = ["3", "1", "5", "2"]
+  datasets = round_calls.round_datasets(clients, ids, config, 7, shards)
+  if shards:
+    labels = np.concatenate([client_data.read_shard(d).examples[1] for d in datasets])
+  else:
+    labels = np.concatenate([l for d in datasets for _, l in d.as_numpy_iterator()])
+  label_of_point = clients.pooled()[1]  # Clients 0-5 hold points 0, 1, ... in turn.
+  want = []
+  for i, client in enumerate(ids):
+    rng = np.random.default_rng(np.random.SeedSequence([3, 7, i]).generate_state(1)[0])
+    points = clients.points(client)
+    want += [label_of_point[points[rng.permutation(len(points))]] for _ in range(2)]
+  np.testing.assert_array_equal(labels, np.concatenate(want))
+
+
 def counting_invocations(monkeypatch) -> list:
   """Counts the calls into the current TFF context."""
   context = tff.framework.get_context_stack().current

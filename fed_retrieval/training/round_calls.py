@@ -31,12 +31,9 @@ import tensorflow_federated as tff
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.training import client_sampling
 from tasks import client_data
+from tasks import seed_sequences
 
 MAX_CALL_BYTES = 32 * 2 ** 20
-
-
-def _client_seed(seed: int, round_num: int, index: int) -> int:
-  return int(np.random.SeedSequence([seed, round_num, index]).generate_state(1)[0])
 
 
 def tff_clients(clients: int, shards: int) -> int:
@@ -50,7 +47,9 @@ def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],
   """What a round's `next` takes: a dataset per client, or (`shards` > 0, a
   process built with `client_shards`) that many shard datasets of consecutive
   clients. Client i of the round trains on the same batches either way."""
-  seeds = [_client_seed(config.seed, round_num, i) for i in range(len(clients))]
+  # Client i's shuffle seed: SeedSequence([seed, round_num, i]).generate_state(1)[0].
+  seeds = [int(s) for s in seed_sequences.spawned_seeds((config.seed, round_num),
+                                                         len(clients))]
   if not shards:
     return [data.training_dataset(client, config.batch_size, config.local_epochs,
                                   seed, config.max_local_steps)
