@@ -17,6 +17,7 @@ from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.evaluation import recall_metrics
 from fed_retrieval.models import dual_encoder
+from fed_retrieval.models import variable_model
 from losses import registry
 
 ALGORITHMS = ("fedavg", "fedsgd")
@@ -54,7 +55,7 @@ def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig,
 
   def model_fn() -> tff.learning.models.VariableModel:
     built = objective.build()
-    return tff.learning.models.from_keras_model(
+    return variable_model.KerasVariableModel(
         dual_encoder.training_model(
             dual_encoder.build_dual_encoder(model_config, seed=seed), built.candidates),
         loss=built.loss,

@@ -36,6 +36,7 @@ from fed_retrieval.algorithms import optimizers
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms.differential_privacy import ClientDP
 from fed_retrieval.models import scoring
+from fed_retrieval.models import variable_model
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.models.xc_encoder import XCEncoderConfig
 from losses import class_spreadout
@@ -206,7 +207,7 @@ def build_softmax_oracle(model_config: XCEncoderConfig, config: FedAwSConfig,
   """
 
   def model_fn() -> tff.learning.models.VariableModel:
-    return tff.learning.models.from_keras_model(
+    return variable_model.KerasVariableModel(
         xc_encoder.build_xc_classifier(model_config, seed),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         input_spec=((tf.TensorSpec([None, max_features], tf.int32),

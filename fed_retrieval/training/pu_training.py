@@ -19,6 +19,7 @@ import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.models import image_classifier
+from fed_retrieval.models import variable_model
 from fed_retrieval.training import federated_loop
 from losses import pu_risk
 from tasks import atomic_output
@@ -93,7 +94,7 @@ def pu_model_fn(model_config: image_classifier.ImageClassifierConfig,
                 tf.TensorSpec([None, 3 * model_config.num_classes + 1], tf.float32))
 
   def model_fn() -> tff.learning.models.VariableModel:
-    return tff.learning.models.from_keras_model(
+    return variable_model.KerasVariableModel(
         image_classifier.build_image_classifier(model_config, config.federated.seed),
         loss=config.loss(), input_spec=input_spec)
 
