@@ -8,8 +8,9 @@ for a normalized model; column 0, padding, is -1e9), or against a candidate set
 against the batch's own positives only, [B, B] (column j: example j's item,
 `dual_encoder.batch_candidates_model`): all that batch softmax, the hinge and
 the cross spreadout read, at B / V of the cost. From those one tensor each
-loss picks what it needs, so the same objects serve Keras `fit` and TFF's
-`from_keras_model` (whose losses see only y_true and y_pred):
+loss picks what it needs, so the same objects serve Keras `fit` and the
+federated model (`models/variable_model.py`, as TFF's `from_keras_model`,
+whose losses see only y_true and y_pred):
 - batch softmax: softmax over the batch's positives, s[i, y_j] / T (in-batch
   negatives; depends on which items share a batch);
 - global softmax: softmax over all V items, s[i, :] / T (batch-insensitive);

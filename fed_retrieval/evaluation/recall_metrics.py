@@ -5,8 +5,9 @@ The rank of the true item is the number of *other* candidates scoring at least
 as high, so ties never count as hits; recall@k is the share of ranks < k.
 - global: candidates are all V - 1 real items of the vocabulary;
 - batch: candidates are the distinct positive items of the batch.
-The Keras metrics take (y_true, y_pred) only, as TFF's `from_keras_model` gives
-them, and are means (TFF sums their total/count across clients).
+The Keras metrics take (y_true, y_pred) only, as the federated model
+(`models/variable_model.py`, as TFF's `from_keras_model`) gives them, and are
+means (TFF sums their total/count across clients).
 """
 
 from typing import Any, Dict
