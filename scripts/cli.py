@@ -92,8 +92,11 @@ class UserError(Exception):
 def help_text(doc: str, own_flags: Sequence[flags.Flag],
               groups: Sequence[HelpGroup], task: str = "movielens") -> str:
   """The script's usage (`doc`) and the flags it reads for `task`, a line each
-  with its default: its own first, then `groups` (a flag shown once). The
-  usage is cut to its first example if the whole would pass MAX_HELP_LINES."""
+  with its default: its own first (but those of a group, listed with it), then
+  `groups` (a flag shown once). The usage is cut to its first example if the
+  whole would pass MAX_HELP_LINES."""
+  grouped = {holder.name for _, _, holders in groups for holder in holders}
+  own_flags = [flag for flag in own_flags if flag.name not in grouped]
   shown = set()
   flag_lines: List[str] = []
   tasks_of = lambda group_task: ((group_task,) if isinstance(group_task, str)

@@ -84,6 +84,11 @@ _CENTRALIZED_REFERENCES = flags.DEFINE_bool(
     "centralized_references", True,
     "--task=xc: also train the centralized references (full softmax on one label a "
     "point and on all labels).")
+_REFERENCES_DIR = flags.DEFINE_string(
+    "references_dir", None,
+    "--task=xc: where the centralized references are trained, once for every "
+    "comparison on the same data and settings (default: references/ beside "
+    "--output_dir); the comparison links them.")
 _ALGORITHMS = flags.DEFINE_list(
     "algorithms", None,
     "--task=xc: the algorithms to compare (default: FedAwS's "
@@ -114,12 +119,12 @@ def compare_xc() -> None:
                                           _XC_CENTRALIZED.learning_rate),
       epochs=federated_flags.given(_CENTRALIZED_MAX_EPOCHS, _XC_CENTRALIZED.epochs),
       eval_every_steps=federated_flags.given(_CENTRALIZED_EVAL_EVERY_STEPS, None),
-      patience=federated.patience, min_delta=federated.min_delta,
+      patience=federated.patience, min_improvement_se=federated.min_improvement_se,
       smoothing=federated.smoothing, seed=federated.seed)
   rows = xc_comparison.run_xc_comparison(
       task_flags.xc_task_config_from_flags(), _ALGORITHMS.value or fedaws.ALGORITHMS,
       federated, model_flags.OUTPUT_DIR.value,
-      centralized if _CENTRALIZED_REFERENCES.value else None)
+      centralized if _CENTRALIZED_REFERENCES.value else None, _REFERENCES_DIR.value)
   _report(xc_comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
 
@@ -154,7 +159,7 @@ def main(argv) -> None:
   centralized = CentralizedConfig(
       epochs=_CENTRALIZED_MAX_EPOCHS.value,
       eval_every_steps=_CENTRALIZED_EVAL_EVERY_STEPS.value,
-      patience=federated.patience, min_delta=federated.min_delta,
+      patience=federated.patience, min_improvement_se=federated.min_improvement_se,
       optimizer=_CENTRALIZED_OPTIMIZER.value,
       learning_rate=_CENTRALIZED_LEARNING_RATE.value, split="user",
       jit_compile=_CENTRALIZED_JIT_COMPILE.value)
@@ -167,6 +172,11 @@ def main(argv) -> None:
   _report(comparison.write_reports(rows, model_flags.OUTPUT_DIR.value))
 
 
+# This script's flags of one task family, listed with its --help only.
+XC_COMPARISON_FLAGS = ("XC comparison", "xc", (_CENTRALIZED_REFERENCES, _REFERENCES_DIR))
+PU_COMPARISON_FLAGS = ("PU comparison", "pu", (_METHODS,))
+
 if __name__ == "__main__":
   cli.run(main, help_groups=[*task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS,
-                               model_flags.RUN_FLAGS, *federated_flags.ALL_FLAGS])
+                               model_flags.RUN_FLAGS, *federated_flags.ALL_FLAGS,
+                               XC_COMPARISON_FLAGS, PU_COMPARISON_FLAGS])

@@ -12,6 +12,7 @@ from absl import flags
 
 from fed_retrieval import export
 from fed_retrieval.evaluation import retrieval_evaluation
+from fed_retrieval.evaluation import units
 from fed_retrieval.models import model_flags
 from fed_retrieval.training import run_directory
 from tasks import task_flags
@@ -37,9 +38,9 @@ def main(argv) -> None:
         f"--max_context_length={task.config.max_context_length}, but "
         f"--model_dir was exported for {exported.config.max_context_length}")
   results = {"model_dir": _MODEL_DIR.value, "split": _SPLIT.value,
-             _SPLIT.value: retrieval_evaluation.evaluate(
+             _SPLIT.value: units.with_standard_error(retrieval_evaluation.evaluate(
                  exported.scores, task.split(_SPLIT.value), ks,
-                 model_flags.BATCH_SIZE.value)}
+                 model_flags.BATCH_SIZE.value), f"global_recall@{max(ks)}")}
   if _OUTPUT.value:
     run_directory.write_json(_OUTPUT.value, results)
   print(json.dumps(results, indent=2))

@@ -22,11 +22,15 @@ _EVAL_EVERY_STEPS = flags.DEFINE_integer(
     "eval_every_steps", None,
     "Evaluate on the validation users every N batches (default: once a pass).")
 _PATIENCE = flags.DEFINE_integer(
-    "patience", 0, "Stop once N evaluations have not improved validation recall "
-    "(needs --split_by=user; 0: train all --epochs); the best model is reported.")
-_MIN_DELTA = flags.DEFINE_float(
-    "min_delta", 0.01, "Relative improvement of validation recall that resets the "
-    "patience (as the federated runs and the comparison).")
+    "patience", 0, "Stop once N evaluations followed the best validation recall, "
+    "never at a new best (needs --split_by=user; 0: train all --epochs); the best "
+    "model is reported.")
+_MIN_IMPROVEMENT_SE = flags.DEFINE_float(
+    "min_improvement_se", 1.0,
+    "An evaluation becomes the best when it beats the best by more than this many "
+    "standard errors of the difference, paired over the validation users.")
+_MIN_PASSES = flags.DEFINE_float(
+    "min_passes", 0.0, "The stopping rule ends no run before this many passes.")
 _OPTIMIZER = flags.DEFINE_string("optimizer", "adam", "sgd, sgdm, adam or adagrad.")
 _JIT_COMPILE = flags.DEFINE_bool(
     "jit_compile", None,
@@ -49,7 +53,8 @@ def main(argv) -> None:
       objective=model_flags.objective_config_from_flags(model_flags.LOSS.value),
       batch_size=model_flags.BATCH_SIZE.value, epochs=_EPOCHS.value,
       steps=_STEPS.value, eval_every_steps=_EVAL_EVERY_STEPS.value,
-      patience=_PATIENCE.value, min_delta=_MIN_DELTA.value, optimizer=_OPTIMIZER.value,
+      min_passes=_MIN_PASSES.value, patience=_PATIENCE.value,
+      min_improvement_se=_MIN_IMPROVEMENT_SE.value, optimizer=_OPTIMIZER.value,
       learning_rate=_LEARNING_RATE.value, seed=model_flags.SEED.value,
       split=_SPLIT_BY.value, ks=model_flags.ks_from_flag(),
       jit_compile=_JIT_COMPILE.value)

@@ -51,7 +51,8 @@ def test_training_lowers_the_loss_and_beats_popularity(small_task, trained_run):
   assert results["setting"] == "centralized" and results["loss"] == "hinge_spreadout"
   assert set(test) == {"global_recall@1", "global_recall@5", "global_recall@10",
                        "batch_recall@1", "batch_recall@5", "batch_recall@10",
-                       "global_mean_rank"}
+                       "global_mean_rank", "global_recall@10_se"}
+  assert 0 < test["global_recall@10_se"] < test["global_recall@10"]
 
 
 def test_finished_run_resumes_to_its_results_and_refuses_other_configs(

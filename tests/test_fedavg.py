@@ -163,7 +163,9 @@ def test_non_finite_client_update_is_not_averaged_in(tff_context, algorithm, sha
     ("rounds", 0, "--rounds"),
     ("clients_per_round", 0, "--clients_per_round"),
     ("patience", -1, "--patience must be >= 0"),
-    ("min_delta", -0.1, "--min_delta must be >= 0"),
+    ("min_improvement_se", -0.1, "--min_improvement_se must be >= 0"),
+    ("max_passes", 0, "--max_passes must be > 0"),
+    ("min_passes", 100, r"--min_passes must be in \[0, --max_passes=60.0\]"),
 ])
 def test_bad_configs_name_the_flag(field, value, message):
   with pytest.raises(ValueError, match=message):

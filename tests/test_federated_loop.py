@@ -78,17 +78,22 @@ def test_a_dp_run_reports_epsilon_every_round(tff_context, cache_dir, tmp_path):
 
 def test_early_stopping_reports_the_best_round_and_resumes_stopped(
     tff_context, cache_dir, tmp_path):
-  """min_delta 100: no evaluation can beat the first, so with patience 2 the
-  run stops after the third evaluation (round 6) and reports round 2's model."""
+  """min_improvement_se 1e9: no evaluation can beat the first, so with
+  patience 2 the run stops at the first evaluation from round 6 on that is no
+  record of the curve, and reports round 2's model."""
   task = small_task(cache_dir)
   config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=20,
                            clients_per_round=5, eval_every=2, checkpoint_every=4,
-                           patience=2, min_delta=100.0)
+                           min_passes=0.0, patience=2, min_improvement_se=1e9)
   results = federated_loop.train_federated(task, config, str(tmp_path))
-  assert (results["rounds"], results["best_round"]) == (6, 2)
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
     rows = list(csv.DictReader(f))
-  assert [int(r["round"]) for r in rows] == list(range(1, 7))
+  curve = [float(r["val_global_recall@10"]) for r in rows if r["val_global_recall@10"]]
+  stop = next(2 * (i + 1) for i in range(2, len(curve)) if curve[i] <= max(curve[:i]))
+  assert (results["rounds"], results["best_round"]) == (stop, 2)
+  assert [r["val_improved"] for r in rows if r["val_improved"]] == (
+      ["1"] + ["0"] * (len(curve) - 1))
+  assert [int(r["round"]) for r in rows] == list(range(1, stop + 1))
   assert results["examples_seen"] == sum(int(float(r["train_num_examples"])) for r in rows)
 
   def weights(name):

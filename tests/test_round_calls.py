@@ -87,7 +87,8 @@ def test_a_call_of_five_rounds_trains_as_five_calls_of_one(tff_context, monkeypa
   clients = linear_clients()
   config = FederatedConfig(algorithm="fedavg", clients_per_round=3, batch_size=2,
                            client_learning_rate=0.1, server_optimizer="sgd",
-                           server_learning_rate=0.5, client_shards=shards, seed=3)
+                           server_learning_rate=0.5, client_shards=shards, seed=3,
+                           rounds=300)
   process = fedavg.build_learning_process(linear_model_fn, config)
   initial = process.initialize()
   sampler = client_sampling.sampler_for(clients, config)

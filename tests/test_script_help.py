@@ -51,7 +51,7 @@ def test_help_lists_the_flags_the_script_reads_with_defaults(script, task):
   if task == "movielens":
     assert not listed & _OTHER_TASKS
     assert "--task=pu|xc --help" in text
-  assert "  --rounds=300 " in text or script != "train_federated"
+  assert "  --min_improvement_se=1.0 " in text or script != "train_federated"
 
 
 def test_every_task_together_lists_every_project_flag_of_train_federated():

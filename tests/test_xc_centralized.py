@@ -1,11 +1,17 @@
 """The XC centralized references and the comparison's gaps to them."""
 
 import math
+import os
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
+from fed_retrieval.evaluation import units
 from fed_retrieval.reports import xc_comparison
+from fed_retrieval.training import validation_curve
 from fed_retrieval.training import xc_training
+from losses import multi_label
 from tasks.xc import xc_task
 
 
@@ -18,13 +24,21 @@ def test_centralized_reference_learns_far_above_the_trivial_baseline(tiny_task, 
   config = xc_training.XCCentralizedConfig(label_assignment="all", epochs=3, patience=0)
   results = xc_training.train_xc_centralized(
       tiny_task, xc_training.XCFederatedConfig(), config, str(tmp_path / "all"))
-  passes = math.ceil(len(tiny_task.training_examples("all")[1]) / config.batch_size)
+  # All labels: one example a point, its labels the soft target.
+  passes = math.ceil(len(tiny_task.train) / config.batch_size)
   assert results["algorithm"] == "centralized_all_labels"
   assert results["steps"] == results["best_step"] == 3 * passes  # Evaluated each pass.
+  assert results["passes"] == pytest.approx(3 * passes * config.batch_size /
+                                            len(tiny_task.train))
   assert results["examples_seen"] == 3 * passes * config.batch_size
   baseline = xc_training.most_frequent_labels_baseline(tiny_task, (1, 3, 5))
   assert results["most_frequent_labels_baseline"] == baseline
   assert results["test"]["precision@1"] > baseline["precision@1"] + 0.5
+  # Its standard error over the test points, from the units it saved.
+  saved = validation_curve.read_test_units(str(tmp_path / "all"))
+  assert saved.value == pytest.approx(results["test"]["precision@1"])
+  assert results["test"]["precision@1_se"] == pytest.approx(
+      np.std(saved.numerators, ddof=1) / np.sqrt(len(tiny_task.test)))
   # A finished run returns its results without training.
   again = xc_training.train_xc_centralized(
       tiny_task, xc_training.XCFederatedConfig(), config, str(tmp_path / "all"))
@@ -66,6 +80,39 @@ def test_gaps_are_p_at_1_points_to_the_same_label_and_the_best_reference():
   table = xc_comparison.markdown_table(rows)
   assert "| fedaws | 50.00 |  |  | -5.00 | -12.00 |" in table
   assert "MAP@R" not in table
-  rows[2].update(examples_seen=8000, rounds=40, best_round=30, worker_restarts=2)
-  assert "| 8.0k ex, 40 rounds (best 30) (2 worker restarts) |" in (
+  rows[2].update(examples_seen=8000, rounds=40, best_round=30, passes=25.2,
+                 best_passes=18.9, worker_restarts=2)
+  assert "| 25.2 passes (best 18.9), 40 rounds, 8.0k ex (2 worker restarts) |" in (
       xc_comparison.markdown_table(rows))
+
+
+def test_gaps_carry_standard_errors_paired_over_the_test_points(tmp_path):
+  """A federated run that hits points 0-5 of 10 against a reference that hits
+  points 2-9: the gap -0.2 has the standard error of the per-point differences."""
+  hits = {"centralized_one_label": np.arange(10) >= 2, "fedaws": np.arange(10) < 6}
+  rows = []
+  for name, hit in hits.items():
+    os.makedirs(tmp_path / name)
+    validation_curve.test_metrics({"precision@1": hit.mean(),
+                                   units.UNITS: units.per_point(hit)},
+                                  "precision@1", str(tmp_path / name))
+    rows.append({"algorithm": name, "precision@1": hit.mean(),
+                 "run_dir": str(tmp_path / name)})
+  xc_comparison.with_gaps(rows, "centralized_one_label")
+  difference = hits["fedaws"].astype(float) - hits["centralized_one_label"]
+  assert rows[1]["p@1_gap_to_centralized_same_labels"] == pytest.approx(-0.2)
+  assert rows[1]["p@1_gap_to_centralized_same_labels_se"] == pytest.approx(
+      np.std(difference, ddof=1) / np.sqrt(10))
+  assert "| fedaws | 60.00 |  |  | -20.00 ± 24.94 | -20.00 ± 24.94 |" in (
+      xc_comparison.markdown_table(rows))
+
+
+def test_soft_target_crossentropy_is_the_mean_over_a_points_labels():
+  logits = tf.constant([[1.0, 2.0, 0.5], [0.0, 0.0, 3.0]])
+  padded = multi_label.padded_label_sets([np.array([0, 1]), np.array([2])])
+  np.testing.assert_array_equal(padded, [[0, 1], [2, multi_label.PAD]])
+  log_p = tf.nn.log_softmax(logits).numpy()
+  expected = [-(log_p[0, 0] + log_p[0, 1]) / 2, -log_p[1, 2]]
+  loss = multi_label.SoftTargetCrossentropy(reduction="none")
+  np.testing.assert_allclose(loss(padded, logits).numpy(), expected, rtol=1e-6)
+  assert multi_label.SoftTargetCrossentropy.from_config(loss.get_config()).reduction == "none"

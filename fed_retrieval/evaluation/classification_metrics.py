@@ -13,11 +13,12 @@ i-th neighbour is of its class], averaged over points with R >= 1. Used when
 the test classes are disjoint from the training classes (`class_split`).
 """
 
-from typing import Dict, Sequence
+from typing import Any, Dict, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from fed_retrieval.evaluation import units
 from fed_retrieval.models import scoring
 from fed_retrieval.models import xc_encoder
 from tasks.xc.xc_task import PaddedPoints
@@ -38,7 +39,8 @@ def hits(top_ids: np.ndarray, label_sets: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def precision_recall_at_k(top_ids: np.ndarray, label_sets: Sequence[np.ndarray],
-                          ks: Sequence[int] = DEFAULT_KS) -> Dict[str, float]:
+                          ks: Sequence[int] = DEFAULT_KS) -> Dict[str, Any]:
+  """P@k and R@k, and (`units.UNITS`) P@min(k) per point."""
   found = hits(top_ids, label_sets)
   sizes = np.array([max(len(s), 1) for s in label_sets], np.float64)
   metrics = {}
@@ -46,6 +48,7 @@ def precision_recall_at_k(top_ids: np.ndarray, label_sets: Sequence[np.ndarray],
     count = found[:, :k].sum(axis=1)
     metrics[f"precision@{k}"] = float(np.mean(count / k))
     metrics[f"recall@{k}"] = float(np.mean(count / sizes))
+  metrics[units.UNITS] = units.per_point(found[:, :min(ks)].sum(axis=1) / min(ks))
   return metrics
 
 
@@ -59,15 +62,16 @@ def instance_embeddings(model: tf.keras.Model, points: PaddedPoints,
 
 
 def evaluate_classifier(model: tf.keras.Model, points: PaddedPoints,
-                        ks: Sequence[int] = DEFAULT_KS) -> Dict[str, float]:
+                        ks: Sequence[int] = DEFAULT_KS) -> Dict[str, Any]:
   """P@k and R@k of an XC classifier (`xc_encoder.build_xc_classifier`)."""
   table = scoring.l2_normalize(xc_encoder.class_table(model))
   _, top = scoring.chunked_top_k(instance_embeddings(model, points), table, max(ks))
   return precision_recall_at_k(top.numpy(), points.label_sets, ks)
 
 
-def map_at_r(embeddings: np.ndarray, labels: np.ndarray) -> Dict[str, float]:
-  """MAP@R and recall@1 (nearest other point of the same class) of retrieval."""
+def map_at_r(embeddings: np.ndarray, labels: np.ndarray) -> Dict[str, Any]:
+  """MAP@R and recall@1 (nearest other point of the same class) of retrieval,
+  and (`units.UNITS`) each query's average precision."""
   labels = np.asarray(labels)
   _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
   r = counts[inverse] - 1
@@ -83,10 +87,11 @@ def map_at_r(embeddings: np.ndarray, labels: np.ndarray) -> Dict[str, float]:
   within_r = ranks[None, :] <= r[queries][:, None]
   precision = np.cumsum(relevant, axis=1) / ranks[None, :]
   average = (precision * relevant * within_r).sum(axis=1) / r[queries]
-  return {"map@r": float(average.mean()), "recall@1": float(relevant[:, 0].mean())}
+  return {"map@r": float(average.mean()), "recall@1": float(relevant[:, 0].mean()),
+          units.UNITS: units.per_point(average)}
 
 
-def evaluate_retrieval(model: tf.keras.Model, points: PaddedPoints) -> Dict[str, float]:
+def evaluate_retrieval(model: tf.keras.Model, points: PaddedPoints) -> Dict[str, Any]:
   """MAP@R and recall@1 of the instance tower among `points` (one label each)."""
   return map_at_r(instance_embeddings(model, points),
                   np.array([s[0] for s in points.label_sets]))

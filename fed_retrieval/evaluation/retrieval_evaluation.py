@@ -6,12 +6,13 @@ agree. Batch recall is among the distinct positives of `batch_size` examples
 drawn in a seeded random order (across users), as in a centralized test batch.
 """
 
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from fed_retrieval.evaluation import recall_metrics
+from fed_retrieval.evaluation import units
 from tasks import client_data
 from tasks.movielens.sequence_examples import Examples
 
@@ -41,8 +42,9 @@ def _ranks(score_fn: ScoreFn, examples: Examples, batch_size: int,
 
 def evaluate(score_fn: ScoreFn, examples: Examples, ks: Sequence[int] = (1, 5, 10),
              batch_size: int = 16, seed: int = EVALUATION_SEED,
-             batches_per_chunk: int = 64) -> Dict[str, float]:
-  """{'global_recall@k', 'batch_recall@k', 'global_mean_rank'} over `examples`.
+             batches_per_chunk: int = 64) -> Dict[str, Any]:
+  """{'global_recall@k', 'batch_recall@k', 'global_mean_rank'} over `examples`,
+  and (`units.UNITS`) global recall@max(k) per user.
 
   Scores `batches_per_chunk` batches at a time; batch recall is still computed
   per batch of `batch_size` (see `recall_metrics.grouped_batch_ranks`).
@@ -52,7 +54,8 @@ def evaluate(score_fn: ScoreFn, examples: Examples, ks: Sequence[int] = (1, 5, 1
   # A NumPy permutation, not tf.data's shuffle: the order must not depend on
   # TensorFlow's global seed, so every caller sees the same batches.
   order = np.random.default_rng(seed).permutation(len(examples))
-  global_ranks, batch_ranks = _ranks(score_fn, examples.take(order), batch_size,
+  shuffled = examples.take(order)
+  global_ranks, batch_ranks = _ranks(score_fn, shuffled, batch_size,
                                      batches_per_chunk)
   results = {}
   for k in ks:
@@ -60,6 +63,7 @@ def evaluate(score_fn: ScoreFn, examples: Examples, ks: Sequence[int] = (1, 5, 1
   for k in ks:
     results[f"batch_recall@{k}"] = float(np.mean(batch_ranks < k))
   results["global_mean_rank"] = float(np.mean(global_ranks + 1))
+  results[units.UNITS] = units.per_group(global_ranks < max(ks), shuffled.user_ids)
   return results
 
 
@@ -85,6 +89,6 @@ def most_popular_baseline(train_examples: Examples, test_examples: Examples,
                           batch_size: int) -> Dict[str, Dict[str, float]]:
   """The trivial baseline every MovieLens results.json carries: the training
   examples' most popular items recommended to every test context."""
-  return {"most_popular_baseline": evaluate(
+  return {"most_popular_baseline": units.with_standard_error(evaluate(
       popularity_score_fn(train_examples, vocabulary_size), test_examples, ks,
-      batch_size)}
+      batch_size), f"global_recall@{max(ks)}")}

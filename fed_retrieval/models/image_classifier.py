@@ -68,10 +68,10 @@ def build_image_classifier(config: ImageClassifierConfig,
   return tf.keras.Model(inputs, logits, name="image_classifier")
 
 
-def accuracy(model: tf.keras.Model, images: np.ndarray, labels: np.ndarray,
-             batch_size: int = 1024) -> float:
-  """Top-1 accuracy of the model's logits."""
+def correct(model: tf.keras.Model, images: np.ndarray, labels: np.ndarray,
+            batch_size: int = 1024) -> np.ndarray:
+  """Whether the model's top-1 class is each image's label [N]."""
   predicted = np.concatenate([
       np.argmax(model(images[i:i + batch_size], training=False).numpy(), axis=1)
       for i in range(0, len(images), batch_size)])
-  return float(np.mean(predicted == labels))
+  return predicted == labels

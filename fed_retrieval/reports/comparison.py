@@ -38,6 +38,7 @@ from fed_retrieval import export
 from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.evaluation import retrieval_evaluation
+from fed_retrieval.evaluation import units
 from fed_retrieval.evaluation import user_bootstrap
 from fed_retrieval.reports import communication
 from fed_retrieval.reports import result_files
@@ -92,15 +93,18 @@ def with_federated_schedule(centralized: CentralizedConfig,
                             federated: FederatedConfig) -> CentralizedConfig:
   """The centralized runs on the federated runs' clock, where not set: an
   evaluation every as many examples as `eval_every` federated rounds train on
-  (so patience means as many examples in both settings) and, without an
-  `epochs` cap, a cap of as many examples as `rounds` rounds."""
+  (so patience means as many examples in both settings), no stop before as
+  many examples as the federated minimum budget, and, without an `epochs`
+  cap, a cap of as many examples as the federated cap."""
   per_round = federated_examples_per_round(task, federated)
   steps = lambda rounds: max(1, round(rounds * per_round / centralized.batch_size))
-  changes = {}
+  cap, minimum = federated_loop.round_budget(federated,
+                                             task.federated_train.num_users)
+  changes = {"min_passes": minimum * per_round / len(task.federated_train)}
   if centralized.eval_every_steps is None:
     changes["eval_every_steps"] = steps(federated.eval_every)
   if centralized.epochs is None and centralized.steps is None:
-    changes["steps"] = steps(federated.rounds)
+    changes["steps"] = steps(cap)
   return dataclasses.replace(centralized, **changes)
 
 
@@ -173,8 +177,8 @@ def run_comparison(task_config: movielens_task.TaskConfig, losses: Sequence[str]
   task = tasks[()]
   popularity_score_fn = retrieval_evaluation.popularity_score_fn(
       task.federated_train, task.vocabulary_size)
-  popularity = retrieval_evaluation.evaluate(
-      popularity_score_fn, task.federated_test, federated.ks, federated.batch_size)
+  popularity, _ = units.split_units(retrieval_evaluation.evaluate(
+      popularity_score_fn, task.federated_test, federated.ks, federated.batch_size))
   rows.append({"setting": "baseline", "loss": "most_popular", **popularity})
   hits = [test_hits(row, task, popularity_score_fn) for row in rows]
   return with_standard_errors(with_relative_drops(rows), hits,

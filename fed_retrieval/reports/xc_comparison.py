@@ -28,25 +28,28 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
+from fed_retrieval.evaluation import units
 from fed_retrieval.reports import communication
 from fed_retrieval.reports import result_files
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import run_directory
+from fed_retrieval.training import validation_curve
 from fed_retrieval.training import xc_training
 from fed_retrieval.training.xc_training import XCCentralizedConfig
 from fed_retrieval.training.xc_training import XCFederatedConfig
 from tasks.xc import xc_task
 
-CSV_COLUMNS = ("algorithm", "precision@1", "precision@3", "precision@5", "recall@5",
-               "map@r", "recall@1", "p@1_gap_to_centralized_same_labels",
-               "p@1_gap_to_best_centralized", "bytes_down_per_client",
+GAP_KEYS = ("p@1_gap_to_centralized_same_labels", "p@1_gap_to_best_centralized")
+CSV_COLUMNS = ("algorithm", "precision@1", "precision@1_se", "precision@3",
+               "precision@5", "recall@5", "map@r", "map@r_se", "recall@1", *GAP_KEYS,
+               *(f"{key}_se" for key in GAP_KEYS), "bytes_down_per_client",
                "bytes_up_per_client", "mean_real_bytes_down_per_client",
                "mean_real_bytes_up_per_client", "rounds", "best_round", "steps", "best_step",
-               "examples_seen", "worker_restarts")
+               "passes", "best_passes", "examples_seen", "worker_restarts")
 RUN_COLUMNS = ("bytes_down_per_client", "bytes_up_per_client",
                "mean_real_bytes_down_per_client", "mean_real_bytes_up_per_client",
-               "rounds", "best_round",
-               "steps", "best_step", "examples_seen", "worker_restarts")
+               "rounds", "best_round", "steps", "best_step", "passes", "best_passes",
+               "examples_seen", "worker_restarts")
 REFERENCE = "most_frequent_labels"
 
 
@@ -55,12 +58,23 @@ def _row(name: str, results: Dict[str, Any], run_dir: str) -> Dict[str, Any]:
           **{k: results[k] for k in RUN_COLUMNS if k in results}, "run_dir": run_dir}
 
 
+def default_references_dir(output_dir: str) -> str:
+  """Where a comparison's centralized references live unless told: `references/`
+  beside its output directory, shared by the comparisons there."""
+  return os.path.join(os.path.dirname(os.path.abspath(output_dir)), "references")
+
+
 def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[str],
                       config: XCFederatedConfig, output_dir: str,
-                      centralized: Optional[XCCentralizedConfig] = None
-                      ) -> List[Dict[str, Any]]:
+                      centralized: Optional[XCCentralizedConfig] = None,
+                      references_dir: Optional[str] = None) -> List[Dict[str, Any]]:
   """Runs (or resumes) the centralized references (unless `centralized` is
-  None) and each algorithm; one row per run plus the trivial baseline."""
+  None) and each algorithm; one row per run plus the trivial baseline.
+
+  A reference is trained once for every comparison on the same points and
+  settings: in `references_dir` (default `default_references_dir`), under a
+  name that hashes its run config, linked from `output_dir`.
+  """
   for algorithm in algorithms:
     if algorithm not in xc_training.ALGORITHMS:
       raise ValueError(f"--algorithms: '{algorithm}' is not one of "
@@ -72,10 +86,14 @@ def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[st
                  if centralized and task_config.class_split == "points" else ())
   for assignment in assignments:  # Unseen test classes: no softmax reference.
     name = xc_training.CENTRALIZED_SETTINGS[assignment]
-    results = xc_training.train_xc_centralized(
-        task, config, dataclasses.replace(centralized, label_assignment=assignment),
-        os.path.join(output_dir, name))
-    rows.append(_row(name, results, os.path.join(output_dir, name)))
+    reference = dataclasses.replace(centralized, label_assignment=assignment)
+    run_dir = run_directory.shared_run_directory(
+        references_dir or default_references_dir(output_dir), name,
+        xc_training.reference_run_config(task, xc_training.model_config_for(task, config),
+                                         reference))
+    results = xc_training.train_xc_centralized(task, config, reference, run_dir)
+    run_directory.link(run_dir, os.path.join(output_dir, name))
+    rows.append(_row(name, results, run_dir))
   for algorithm in algorithms:
     run_config = dataclasses.replace(config, algorithm=algorithm)
     with tff_runtime.execution_context():
@@ -90,17 +108,35 @@ def run_xc_comparison(task_config: xc_task.XCTaskConfig, algorithms: Sequence[st
 
 def with_gaps(rows: List[Dict[str, Any]], same_labels: str) -> List[Dict[str, Any]]:
   """Adds to each federated row its P@1 minus the centralized references'
-  (the one named `same_labels`, and the best), in points of a fraction."""
-  central = {r["algorithm"]: r["precision@1"] for r in rows
+  (the one named `same_labels`, and the best), in points of a fraction, with
+  standard errors paired over the test points where the runs saved their
+  test units."""
+  central = {r["algorithm"]: r for r in rows
              if r["algorithm"] in xc_training.CENTRALIZED_SETTINGS.values()}
   if not central:
     return rows
+  best = max(central.values(), key=lambda r: r["precision@1"])
   for row in rows:
-    if row["algorithm"] in xc_training.ALGORITHMS:
-      row["p@1_gap_to_centralized_same_labels"] = (
-          row["precision@1"] - central.get(same_labels, math.nan))
-      row["p@1_gap_to_best_centralized"] = row["precision@1"] - max(central.values())
+    if row["algorithm"] not in xc_training.ALGORITHMS:
+      continue
+    for key, reference in zip(GAP_KEYS, (central.get(same_labels), best)):
+      if reference is None:
+        row[key] = math.nan
+        continue
+      row[key] = row["precision@1"] - reference["precision@1"]
+      row[f"{key}_se"] = _paired_standard_error(row, reference)
   return rows
+
+
+def _paired_standard_error(row: Dict[str, Any], reference: Dict[str, Any]) -> float:
+  """The standard error of the row's P@1 minus the reference's, paired over
+  the test points (NaN for runs made before they saved their test units)."""
+  paths = [os.path.join(r.get("run_dir", ""), validation_curve.TEST_UNITS)
+           for r in (row, reference)]
+  if not all(os.path.isfile(path) for path in paths):
+    return math.nan
+  return units.paired_gain(*(validation_curve.read_test_units(r["run_dir"])
+                             for r in (row, reference)))[1]
 
 
 def quality_metric(rows: Sequence[Dict[str, Any]]) -> str:
@@ -109,40 +145,49 @@ def quality_metric(rows: Sequence[Dict[str, Any]]) -> str:
 
 
 def _trained_on(row: Dict[str, Any]) -> str:
-  """'11.6k ex, 150 rounds (best 135)' or '... 3000 steps (best 2400)'."""
+  """'11.6 passes (best 9.8), 150 rounds, 11.6k ex' or '... 3000 steps ...'."""
   if "examples_seen" not in row:
     return ""
-  text = f"{row['examples_seen'] / 1e3:.1f}k ex"
+  text = (f"{row['passes']:.1f} passes (best {row['best_passes']:.1f}), "
+          if "passes" in row else "")
   if "rounds" in row:
-    return (text + f", {row['rounds']} rounds (best {row['best_round']})" +
-            result_files.restarts_note(row))
-  return text + f", {row['steps']} steps (best {row['best_step']})"
+    text += f"{row['rounds']} rounds"
+  else:
+    text += f"{row['steps']} steps"
+  return (text + f", {row['examples_seen'] / 1e3:.1f}k ex" +
+          result_files.restarts_note(row))
 
 
 def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
-  metrics = ((("precision@1", "P@1"), ("precision@3", "P@3"), ("precision@5", "P@5"))
+  metrics = ((("precision@1", "P@1 ± SE"), ("precision@3", "P@3"), ("precision@5", "P@5"))
              if quality_metric(rows) == "precision@1"
-             else (("map@r", "MAP@R"), ("recall@1", "R@1")))
+             else (("map@r", "MAP@R ± SE"), ("recall@1", "R@1")))
   gaps = any("p@1_gap_to_best_centralized" in row for row in rows)
   header = ["algorithm", *(title for _, title in metrics)]
   if gaps:
-    header += ["P@1 vs centralized, same labels", "P@1 vs best centralized"]
+    header += ["P@1 vs centralized, same labels ± SE", "P@1 vs best centralized ± SE"]
   header += ["MB down / client / round (largest)", "MB up (largest)",
              "MB down (mean, as deployed)", "trained on"]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  percent = lambda v: "" if v is None or math.isnan(v) else f"{100 * v:.2f}"
-  signed = lambda v: "" if v is None or math.isnan(v) else f"{100 * v:+.2f}"
   for row in rows:
-    cells = [row["algorithm"], *(percent(row.get(key)) for key, _ in metrics)]
+    cells = [row["algorithm"], *(_percent(row, key) for key, _ in metrics)]
     if gaps:
-      cells += [signed(row.get("p@1_gap_to_centralized_same_labels")),
-                signed(row.get("p@1_gap_to_best_centralized"))]
+      cells += [_percent(row, key, "+") for key in GAP_KEYS]
     cells += [communication.megabytes(row.get("bytes_down_per_client")),
               communication.megabytes(row.get("bytes_up_per_client")),
               communication.megabytes(row.get("mean_real_bytes_down_per_client")),
               _trained_on(row)]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
+
+
+def _percent(row: Dict[str, Any], key: str, sign: str = "") -> str:
+  """'55.96' or '55.96 ± 1.11' (points of a fraction), '' where absent."""
+  empty = lambda v: v is None or v == "" or math.isnan(v)
+  value, error = row.get(key), row.get(f"{key}_se")
+  if empty(value):
+    return ""
+  return f"{100 * value:{sign}.2f}" + ("" if empty(error) else f" ± {100 * error:.2f}")
 
 
 def plot_precision_curves(rows: Sequence[Dict[str, Any]], path: str) -> None:

@@ -27,12 +27,12 @@ from fed_retrieval.training import chunked_steps
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import progress
 from fed_retrieval.training import run_directory
+from fed_retrieval.training import validation_curve
 from losses import registry
 from tasks import client_data
 from tasks.movielens.movielens_task import MovieLensTask
 
 CHECKPOINT = os.path.join("checkpoint", "weights")
-BEST_WEIGHTS = os.path.join("best", "weights")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +51,9 @@ class CentralizedConfig:
   epochs: Optional[int] = 1
   steps: Optional[int] = None
   eval_every_steps: Optional[int] = None
+  min_passes: float = 0.0
   patience: int = 0
-  min_delta: float = 0.0
+  min_improvement_se: float = 1.0
   optimizer: str = "adam"
   learning_rate: float = 0.01
   seed: int = 0
@@ -70,11 +71,11 @@ class CentralizedConfig:
         raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
     if self.patience and self.split != "user":
       raise ValueError("--patience needs validation users: use --split_by=user")
-    self.stopping_rule  # Validates --patience and --min_delta.
+    self.stopping_rule  # Validates --patience and --min_improvement_se.
 
   @property
   def stopping_rule(self) -> early_stopping.StoppingRule:
-    return early_stopping.StoppingRule.from_flags(self.patience, self.min_delta)
+    return early_stopping.StoppingRule.from_flags(self.patience, self.min_improvement_se)
 
 
 def xla_by_default(objective: registry.Objective, optimizer: str) -> bool:
@@ -129,7 +130,8 @@ def training_schedule(num_examples: int, batch_size: int, epochs: Optional[int],
 
 class ValidationAndStopping(tf.keras.callbacks.Callback):
   """At each Keras epoch's end: evaluates the validation split, logs it, keeps
-  the best weights, and stops training when the stopping rule says so.
+  the best weights (`validation_curve`), and stops training when the stopping
+  rule says so, past `min_steps`.
 
   It writes metrics.csv (a row an evaluation: the epoch, the training loss,
   the examples seen, the curve's split's metrics prefixed by its name); a
@@ -137,45 +139,37 @@ class ValidationAndStopping(tf.keras.callbacks.Callback):
   add empty `val_` columns to a curve drawn on the test split.)
   """
 
-  def __init__(self, evaluate_fn: Callable[[tf.keras.Model], Dict[str, float]],
+  def __init__(self, evaluate_fn: Callable[[tf.keras.Model], Dict[str, Any]],
                rule: early_stopping.StoppingRule, curve_split: str, monitored: str,
-               steps_per_epoch: int,
-               batch_size: int, best_path: str, metrics_path: str, label: str,
-               epochs: int, output_dir: str):
+               steps_per_epoch: int, batch_size: int, min_steps: int,
+               metrics_path: str, label: str, epochs: int, output_dir: str):
     super().__init__()
     self._epochs = epochs
     self._output_dir = output_dir
     self.lines: Optional[progress.ProgressLines] = None
     self._evaluate_fn = evaluate_fn
-    self.rule = rule
+    self._rule = rule
     self._curve_split = curve_split
     self._metric = monitored
-    self._monitored = f"{curve_split}_{monitored}"
     self._steps_per_epoch = steps_per_epoch
     self._batch_size = batch_size
-    self._best_path = best_path
+    self._min_steps = min_steps
     self._metrics_path = metrics_path
     self._label = label
-    self.curve: Optional[List[Tuple[int, float]]] = None
-
-  def _curve_before(self, epoch: int) -> List[Tuple[int, float]]:
-    """(step, value) of the logged epochs before `epoch` (a resumed run's past)."""
-    if not os.path.isfile(self._metrics_path):
-      return []
-    by_epoch = {}
-    with open(self._metrics_path) as f:
-      for row in csv.DictReader(f):
-        if int(row["epoch"]) < epoch and row.get(self._monitored):
-          by_epoch[int(row["epoch"])] = float(row[self._monitored])
-    return [((e + 1) * self._steps_per_epoch, v) for e, v in sorted(by_epoch.items())]
+    self.curve: Optional[validation_curve.ValidationCurve] = None
 
   def on_epoch_begin(self, epoch: int, logs=None) -> None:
     if self.curve is None:  # The first epoch this process trains.
-      self.curve = self._curve_before(epoch)
       done = epoch * self._steps_per_epoch
+      self.curve = validation_curve.ValidationCurve(
+          self._rule, self._output_dir,
+          validation_curve.read_curve(
+              self._metrics_path, self._curve_split, self._metric,
+              lambda row: (int(row["epoch"]) + 1) * self._steps_per_epoch, done),
+          min_step=self._min_steps)
       self.lines = progress.ProgressLines(
           self._label, "step", self._epochs * self._steps_per_epoch, done,
-          may_stop_early=bool(self.rule.patience))
+          may_stop_early=bool(self._rule.patience))
       self.lines.say(run_directory.starting_line(self._output_dir, done, "step"))
 
   def _append_row(self, row: Dict[str, Any]) -> None:
@@ -190,15 +184,12 @@ class ValidationAndStopping(tf.keras.callbacks.Callback):
     logs = logs if logs is not None else {}
     steps = (epoch + 1) * self._steps_per_epoch
     logs["examples_seen"] = steps * self._batch_size
-    logs.update({f"{self._curve_split}_{k}": v
-                 for k, v in self._evaluate_fn(self.model).items()})
-    self.curve.append((steps, logs[self._monitored]))
-    if self.rule.patience and self.rule.best(self.curve)[0] == steps:
-      self.model.save_weights(self._best_path)
+    logs.update({f"{self._curve_split}_{k}": v for k, v in self.curve.record(
+        steps, self._evaluate_fn(self.model), self._metric, self.model).items()})
     self._append_row({"epoch": epoch, **logs})
     self.lines.report(steps, f"loss {logs.get('loss', math.nan):.4f}, "
-                      f"{self._curve_split} {self._metric} {logs[self._monitored]:.4f}")
-    if self.rule.should_stop(self.curve):
+                      f"{self._curve_split} {self._metric} {self.curve.latest:.4f}")
+    if self.curve.should_stop(steps):
       self.model.stop_training = True
 
 
@@ -235,10 +226,10 @@ class CentralizedJob:
 def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, Any]:
   """Trains (or resumes, or returns the finished run's results) and exports.
 
-  `config` gives the loop's settings: batch_size, epochs, steps,
-  eval_every_steps, stopping_rule, optimizer, learning_rate,
-  steps_per_execution (the batches a Keras step trains, `chunked_steps`) and
-  seed.
+  `config` gives the loop's settings: batch_size, epochs (the cap in passes),
+  steps, eval_every_steps, min_passes, stopping_rule, optimizer,
+  learning_rate, steps_per_execution (the batches a Keras step trains,
+  `chunked_steps`) and seed.
   """
   finished = run_directory.open_run(output_dir, job.run_config, job.write_files)
   if finished is not None:
@@ -246,6 +237,7 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
   epochs, steps_per_epoch = training_schedule(job.num_examples, config.batch_size,
                                               config.epochs, config.steps,
                                               config.eval_every_steps)
+  steps_per_pass = job.num_examples / config.batch_size
   tf.keras.utils.set_random_seed(config.seed)
   model = job.build_model()
   trained = chunked_steps.ChunkedSteps.on(job.training_model(model),  # The same variables.
@@ -260,7 +252,8 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
   validation = ValidationAndStopping(
       lambda _: job.evaluate(model, "validation"), config.stopping_rule,
       job.curve_split, job.monitored, steps_per_epoch, config.batch_size,
-      os.path.join(output_dir, BEST_WEIGHTS), metrics_path, job.name, epochs, output_dir)
+      math.ceil(config.min_passes * steps_per_pass), metrics_path, job.name, epochs,
+      output_dir)
   callbacks = [
       # Kept after training, so a larger --epochs extends a finished run.
       tf.keras.callbacks.BackupAndRestore(os.path.join(output_dir, "backup"),
@@ -275,18 +268,20 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
   trained.fit(chunks, epochs=epochs,
               steps_per_epoch=math.ceil(steps_per_epoch / config.steps_per_execution),
               callbacks=callbacks, verbose=0)
-  trained_steps, best_step = validation.curve[-1][0], validation.curve[-1][0]
+  trained_steps = best_step = validation.curve.curve[-1].step
   if config.stopping_rule.patience:
-    best_step = config.stopping_rule.best(validation.curve)[0]
-    trained.load_weights(os.path.join(output_dir, BEST_WEIGHTS))  # Saved from it.
+    best_step = validation.curve.restore_best(trained)  # Saved from it.
   model.save_weights(os.path.join(output_dir, CHECKPOINT))
   job.export(model, os.path.join(output_dir, "export"))
   results = {
       **job.results,
       "steps": trained_steps,
       "best_step": best_step,
+      "passes": trained_steps / steps_per_pass,
+      "best_passes": best_step / steps_per_pass,
       "examples_seen": trained_steps * config.batch_size,
-      "test": job.evaluate(model, "test"),
+      "test": validation_curve.test_metrics(job.evaluate(model, "test"), job.monitored,
+                                            output_dir),
       **job.baselines(),
   }
   run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)

@@ -1,81 +1,101 @@
-"""When a run has converged: validation recall that stopped improving.
+"""When a run has converged: its best validation evaluation lies `patience` back.
 
-One rule serves centralized and federated training, so both are compared at
-convergence: a run evaluates on the validation users every so often (rounds
-or steps), and stops once `patience` evaluations in a row have not beaten the
-best one by more than a fraction `min_delta` of it (relative, so one setting
-serves a curve at 0.5% and one at 10%), or at its cap. The model
-it reports is the one of the best evaluation. The curve is all the state there
-is, so a resumed run rebuilds it from its metrics file.
+One rule serves every loop (federated rounds, centralized steps) and every
+task family, so runs are compared at convergence. A run evaluates its model on
+the validation split every so often; an evaluation *improves* when it beats the
+current best by more than `min_improvement_se` standard errors of the
+difference, paired over the validation units (points or users) both models were
+scored on (`evaluation.units`): the noise of the validation metric itself, so one setting
+serves 61 validation users and 5,000 validation points. Only an improving
+evaluation becomes the best, and the best is the model a run reports.
 
-A noisy curve (a few hundred validation points: one evaluation moves by a
-couple of points) can stop a run at an early lucky evaluation. `smoothing` w
-compares trailing means of the last w evaluations instead of single ones to
-decide when to stop; the reported model is still the best single evaluation.
+The run stops once `patience` evaluations have followed the best and the last
+evaluation is not a record of the raw curve, so a stop never fires at a new
+best (not even one within the noise). With `smoothing` w > 1 it also waits
+until the trailing mean of w evaluations has not risen for `patience`
+evaluations: smoothing can delay a stop, never cause one. The curve (each
+evaluation's value and whether it improved) is all the state there is besides
+the best's units, so a resumed run rebuilds it from its metrics file.
 """
 
 import dataclasses
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence
 
-Curve = Sequence[Tuple[int, float]]  # (round or step, validation recall)
+import numpy as np
+
+from fed_retrieval.evaluation.units import Units
+from fed_retrieval.evaluation.units import paired_gain
+
+class Evaluation(NamedTuple):
+  """One point of a validation curve."""
+  step: int  # The round or step evaluated.
+  value: float
+  improved: bool  # Whether it became the best.
+
+
+Curve = Sequence[Evaluation]
 
 
 @dataclasses.dataclass(frozen=True)
 class StoppingRule:
-  """Stop after `patience` evaluations without an improvement > `min_delta` x best.
-
-  `patience` None never stops early (a fixed budget: the cap).
-  """
-  patience: Optional[int] = 4
-  min_delta: float = 0.0
+  """Stop `patience` evaluations after the best (None: never stop early)."""
+  patience: Optional[int] = 5
+  min_improvement_se: float = 1.0
   smoothing: int = 1
 
   def __post_init__(self):
     if self.patience is not None and self.patience < 1:
       raise ValueError(f"--patience must be >= 1, got {self.patience}")
-    if self.min_delta < 0:
-      raise ValueError(f"--min_delta must be >= 0, got {self.min_delta}")
+    if self.min_improvement_se < 0:
+      raise ValueError(f"--min_improvement_se must be >= 0, got {self.min_improvement_se}")
     if self.smoothing < 1:
       raise ValueError(f"--smoothing must be >= 1, got {self.smoothing}")
 
   @classmethod
-  def from_flags(cls, patience: int, min_delta: float,
+  def from_flags(cls, patience: int, min_improvement_se: float,
                  smoothing: int = 1) -> "StoppingRule":
-    """--patience N (0: never stop early, train the whole budget), --min_delta,
-    --smoothing."""
+    """--patience N (0: never stop early, train the whole budget),
+    --min_improvement_se, --smoothing."""
     if patience < 0:
       raise ValueError(f"--patience must be >= 0, got {patience}")
-    return cls(patience or None, min_delta, smoothing)
+    return cls(patience or None, min_improvement_se, smoothing)
 
-  def smoothed(self, curve: Curve) -> List[Tuple[int, float]]:
-    """Each evaluation's value as the mean of the last `smoothing` ones."""
-    values = [value for _, value in curve]
-    return [(round_num, sum(values[max(0, i + 1 - self.smoothing):i + 1]) /
-             (i + 1 - max(0, i + 1 - self.smoothing)))
-            for i, (round_num, _) in enumerate(curve)]
+  def improves(self, new: Units, best: Optional[Units]) -> bool:
+    """Whether an evaluation with `new` units beats the best's beyond the noise."""
+    if best is None:
+      return True
+    gain, error = paired_gain(new, best)
+    return gain > 0 and gain > self.min_improvement_se * error
 
-  def best(self, curve: Curve) -> Tuple[int, float]:
-    """The (round, value) of the best single evaluation: the model a run
-    reports. The first to beat all earlier ones by more than `min_delta` x
-    their best, so ties and noise keep the earlier model."""
-    return _first_best(curve, self.min_delta)
+  def best(self, curve: Curve) -> Evaluation:
+    """The best evaluation: the last that improved (the model a run reports)."""
+    improved = [e for e in curve if e.improved]
+    if not improved:
+      raise ValueError("No evaluation yet")
+    return improved[-1]
 
   def should_stop(self, curve: Curve) -> bool:
-    """True once the last `patience` evaluations came after the best one (of
-    the smoothed curve)."""
+    """True once `patience` evaluations followed the best, the last is no
+    record of the raw curve, and (smoothing) the trailing means' best is as far
+    back."""
     if self.patience is None or not curve:
       return False
-    best_round, _ = _first_best(self.smoothed(curve), self.min_delta)
-    after_best = sum(1 for round_num, _ in curve if round_num > best_round)
-    return after_best >= self.patience
+    values = [e.value for e in curve]
+    if values[-1] > max(values[:-1], default=-math.inf):
+      return False
+    if len(curve) - 1 - _last_index(curve, self.best(curve)) < self.patience:
+      return False
+    if self.smoothing == 1:
+      return True
+    smoothed = self.smoothed(values)
+    return len(smoothed) - 1 - int(np.argmax(smoothed)) >= self.patience
+
+  def smoothed(self, values: Sequence[float]) -> List[float]:
+    """Each evaluation's value as the mean of the last `smoothing` ones."""
+    return [float(np.mean(values[max(0, i + 1 - self.smoothing):i + 1]))
+            for i in range(len(values))]
 
 
-def _first_best(curve: Curve, min_delta: float) -> Tuple[int, float]:
-  best_round, best_value = None, -math.inf
-  for round_num, value in curve:
-    if best_round is None or value > best_value * (1.0 + min_delta):
-      best_round, best_value = round_num, value
-  if best_round is None:
-    raise ValueError("No evaluation yet")
-  return best_round, best_value
+def _last_index(curve: Curve, evaluation: Evaluation) -> int:
+  return max(i for i, e in enumerate(curve) if e is evaluation)

@@ -60,7 +60,18 @@ TRUSTED_NETWORK = flags.DEFINE_bool(
     "trusted_network", False,
     "--workers on other hosts: the network between them is private (their "
     "gRPC port has no encryption or authentication).")
-ROUNDS = flags.DEFINE_integer("rounds", _DEFAULTS.rounds, "Federated rounds.")
+ROUNDS = flags.DEFINE_integer(
+    "rounds", None, "The cap in federated rounds (default: --max_passes).")
+MAX_PASSES = flags.DEFINE_float(
+    "max_passes", None,
+    "The cap in passes: expected visits per client, rounds x clients per round / "
+    f"clients (default {_DEFAULTS.max_passes:g}; XC: {_XC_LOOP_DEFAULTS.max_passes:g}; "
+    f"PU: {_PU_DEFAULTS.federated.max_passes:g}).")
+MIN_PASSES = flags.DEFINE_float(
+    "min_passes", None,
+    "The minimum budget in passes (expected visits per client): the stopping rule "
+    f"ends no run before it (default {_DEFAULTS.min_passes:g}; XC: "
+    f"{_XC_LOOP_DEFAULTS.min_passes:g}).")
 CLIENTS_PER_ROUND = flags.DEFINE_integer("clients_per_round",
                                          _DEFAULTS.clients_per_round,
                                          "Clients sampled per round.")
@@ -172,26 +183,27 @@ CHECKPOINT_EVERY = flags.DEFINE_integer("checkpoint_every", _DEFAULTS.checkpoint
                                         "Save the server state every N rounds.")
 PATIENCE = flags.DEFINE_integer(
     "patience", None,
-    "Stop after this many validation evaluations without improvement "
-    "(0: train all --rounds); the best evaluated model is reported (default "
-    f"{_DEFAULTS.patience}; XC: {_XC_LOOP_DEFAULTS.patience}; PU: "
+    "Stop once this many validation evaluations followed the best one, never at "
+    "a new best (0: train the whole cap); the best evaluated model is reported "
+    f"(default {_DEFAULTS.patience}; XC: {_XC_LOOP_DEFAULTS.patience}; PU: "
     f"{_PU_DEFAULTS.federated.patience}, its fixed budget).")
 SMOOTHING = flags.DEFINE_integer(
     "smoothing", None,
-    f"Early stopping compares trailing means of this many validation evaluations "
-    f"(default {_DEFAULTS.smoothing}; XC: {_XC_LOOP_DEFAULTS.smoothing}).")
-MIN_DELTA = flags.DEFINE_float(
-    "min_delta", _DEFAULTS.min_delta,
-    "Relative improvement of validation recall that resets the patience "
-    "(0.01: 1% better than the best so far).")
+    "Also wait until the trailing mean of this many validation evaluations has "
+    "not risen for --patience evaluations (delays a stop, never causes one; "
+    f"default {_DEFAULTS.smoothing}).")
+MIN_IMPROVEMENT_SE = flags.DEFINE_float(
+    "min_improvement_se", _DEFAULTS.min_improvement_se,
+    "An evaluation becomes the best when it beats the best by more than this many "
+    "standard errors of the difference, paired over the validation points or users.")
 
 
 # What --help lists (`scripts.cli.run(help_groups=...)`).
 FEDERATED_FLAGS = ("Federated training", None, (
-    ALGORITHM, ROUNDS, CLIENTS_PER_ROUND, CLIENT_SAMPLING, CLIENT_SHARDS,
-    LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER, CLIENT_LEARNING_RATE,
+    ALGORITHM, ROUNDS, MAX_PASSES, MIN_PASSES, CLIENTS_PER_ROUND, CLIENT_SAMPLING,
+    CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_OPTIMIZER, CLIENT_LEARNING_RATE,
     SERVER_OPTIMIZER, SERVER_LEARNING_RATE, EVAL_EVERY, CHECKPOINT_EVERY, PATIENCE,
-    MIN_DELTA, SMOOTHING, MAX_WORKER_RESTARTS, WORKERS, TRUSTED_NETWORK))
+    MIN_IMPROVEMENT_SE, SMOOTHING, MAX_WORKER_RESTARTS, WORKERS, TRUSTED_NETWORK))
 FEDAVG_FLAGS = ("FedAvg and FedSGD", ("movielens", "pu"), (
     SERVER_LEARNING_RATE_HALF_LIFE, SERVER_EPSILON, CLIENT_JIT_COMPILE))
 DP_FLAGS = ("Client-level differential privacy (FedAvg, FedSGD)", None, (
@@ -213,7 +225,7 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
   return FederatedConfig(
       objective=model_flags.objective_config_from_flags(loss),
       algorithm=_DEFAULTS.algorithm if algorithm in fedss.ALGORITHMS else algorithm,
-      rounds=ROUNDS.value,
+      **_budget_from_flags(_DEFAULTS),
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       max_local_steps=_max_local_steps(_DEFAULTS.max_local_steps),
       client_sampling=CLIENT_SAMPLING.value,
@@ -230,7 +242,8 @@ def federated_config_from_flags(loss: str) -> FederatedConfig:
       server_epsilon=_or(SERVER_EPSILON.value, _DEFAULTS.server_epsilon),
       dp=dp_config_from_flags(),
       eval_every=EVAL_EVERY.value, checkpoint_every=CHECKPOINT_EVERY.value,
-      patience=_or(PATIENCE.value, _DEFAULTS.patience), min_delta=MIN_DELTA.value,
+      patience=_or(PATIENCE.value, _DEFAULTS.patience),
+      min_improvement_se=MIN_IMPROVEMENT_SE.value,
       smoothing=_or(SMOOTHING.value, _DEFAULTS.smoothing),
       seed=model_flags.SEED.value, ks=model_flags.ks_from_flag())
 
@@ -269,6 +282,12 @@ def _max_local_steps(default):
   return None if value == 0 else value
 
 
+def _budget_from_flags(defaults) -> dict:
+  """--rounds, --max_passes and --min_passes, with `defaults`' where unset."""
+  return dict(rounds=ROUNDS.value, max_passes=_or(MAX_PASSES.value, defaults.max_passes),
+              min_passes=_or(MIN_PASSES.value, defaults.min_passes))
+
+
 def _optimization_from_flags(defaults) -> dict:
   """The client and server optimization flags, with `defaults`' where unset."""
   return dict(
@@ -304,7 +323,7 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
       algorithm=ALGORITHM.value or _XC_DEFAULTS.algorithm, fedaws=fedaws_config,
       fedss=fedss_config_from_flags(), architecture=XC_ARCHITECTURE.value,
       bag=XC_BAG.value,
-      logit_scale=LOGIT_SCALE.value, rounds=ROUNDS.value,
+      logit_scale=LOGIT_SCALE.value, **_budget_from_flags(_XC_LOOP_DEFAULTS),
       clients_per_round=CLIENTS_PER_ROUND.value, local_epochs=LOCAL_EPOCHS.value,
       max_local_steps=_max_local_steps(_XC_LOOP_DEFAULTS.max_local_steps),
       client_sampling=CLIENT_SAMPLING.value,
@@ -312,7 +331,7 @@ def xc_federated_config_from_flags() -> xc_training.XCFederatedConfig:
       batch_size=model_flags.BATCH_SIZE.value, eval_every=EVAL_EVERY.value,
       checkpoint_every=CHECKPOINT_EVERY.value,
       patience=_or(PATIENCE.value, _XC_LOOP_DEFAULTS.patience),
-      min_delta=MIN_DELTA.value,
+      min_improvement_se=MIN_IMPROVEMENT_SE.value,
       smoothing=_or(SMOOTHING.value, _XC_LOOP_DEFAULTS.smoothing),
       seed=model_flags.SEED.value, dp=dp_config_from_flags())
 
@@ -332,7 +351,7 @@ def pu_federated_config_from_flags(method: str = "fedpu"
     raise ValueError(f"--conv_filters: {e}") from e
   federated = FederatedConfig(
       algorithm=ALGORITHM.value or loop.algorithm,  # fedavg or fedsgd (appendix B)
-      rounds=given(ROUNDS, loop.rounds),
+      **_budget_from_flags(loop),
       clients_per_round=given(CLIENTS_PER_ROUND, loop.clients_per_round),
       local_epochs=given(LOCAL_EPOCHS, loop.local_epochs),
       max_local_steps=_max_local_steps(loop.max_local_steps),
@@ -348,7 +367,8 @@ def pu_federated_config_from_flags(method: str = "fedpu"
       dp=dp_config_from_flags(),
       eval_every=given(EVAL_EVERY, loop.eval_every),
       checkpoint_every=given(CHECKPOINT_EVERY, loop.checkpoint_every),
-      patience=given(PATIENCE, loop.patience), min_delta=MIN_DELTA.value,
+      patience=given(PATIENCE, loop.patience),
+      min_improvement_se=MIN_IMPROVEMENT_SE.value,
       smoothing=_or(SMOOTHING.value, loop.smoothing), seed=model_flags.SEED.value)
   local_work_given = any(flags.FLAGS[h.name].present
                          for h in (model_flags.BATCH_SIZE, LOCAL_EPOCHS))

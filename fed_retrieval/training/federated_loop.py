@@ -8,9 +8,12 @@ weights of the best validation evaluation so far), `checkpoint/` (the
 reported model's Keras weights), `export/` and `results.json`.
 
 Convergence: the run stops when the job's monitored validation metric
-(MovieLens: recall@max(k); XC: precision@1) has not improved for `patience` evaluations (`early_stopping.StoppingRule`), or at
-`rounds`; it reports and exports the model of the best evaluation. With
-`patience` 0 it trains all `rounds` and reports the final model.
+(MovieLens: recall@max(k); XC: precision@1) has not improved beyond its noise
+for `patience` evaluations (`early_stopping.StoppingRule`, kept by
+`validation_curve`), but not before `min_passes` expected visits per client,
+or at its cap (`rounds`, or `max_passes` visits); it reports and exports the
+model of the best evaluation. With `patience` 0 it trains the whole cap and
+reports the final model.
 
 A TFF call trains the rounds up to the next evaluation or checkpoint
 (`round_calls.RoundCalls`): a fifth of the calls by default, the same rounds.
@@ -31,6 +34,7 @@ import asyncio
 import contextlib
 import csv
 import dataclasses
+import math
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -54,11 +58,11 @@ from fed_retrieval.training import early_stopping
 from fed_retrieval.training import progress
 from fed_retrieval.training import round_calls
 from fed_retrieval.training import run_directory
+from fed_retrieval.training import validation_curve
 from losses import registry
 from tasks import client_data
 from tasks.movielens.movielens_task import MovieLensTask
 
-BEST_WEIGHTS = os.path.join("best", "weights")
 
 
 # Client SGD learning rates by loss family (README, "Real MovieLens"): the
@@ -93,13 +97,17 @@ class FederatedConfig:
   ~1/T = 20 times smaller than the softmax losses', and Adam on the server
   normalizes that away. The cap, client SGD 0.1 for the softmax losses and the
   server rate were chosen on ml-latest-small, where heavy users' local epochs
-  drifted the average, and checked on `ml1m` (README). `rounds` is a cap: by
-  default a run stops once 10 evaluations (50 rounds) have not improved
-  validation recall.
+  drifted the average, and checked on `ml1m` (README). The budget is in
+  passes (expected visits per client): at least `min_passes`, at most
+  `max_passes` (or `rounds` rounds when given); in between, a run stops once
+  10 evaluations (50 rounds) have not improved validation recall beyond its
+  standard error.
   """
   objective: registry.ObjectiveConfig = registry.ObjectiveConfig()
   algorithm: str = "fedavg"
-  rounds: int = 300
+  rounds: Optional[int] = None  # The cap in rounds; None: `max_passes`.
+  max_passes: float = 60.0
+  min_passes: float = 1.0
   clients_per_round: int = 100
   local_epochs: int = 1
   max_local_steps: Optional[int] = 20
@@ -124,7 +132,7 @@ class FederatedConfig:
   # hides for up to 45 rounds; 4 stopped two of three seeds at round 85, 0.4-0.7
   # points of test recall@10 below 200 rounds (README, "Real MovieLens").
   patience: int = 10
-  min_delta: float = 0.01
+  min_improvement_se: float = 1.0
   smoothing: int = 1
   seed: int = 0
   ks: Tuple[int, ...] = (1, 5, 10)
@@ -150,8 +158,9 @@ def check_loop_settings(config) -> None:
   """Validates the settings `run_federated` reads from any run config."""
   for name in ("rounds", "clients_per_round", "local_epochs", "batch_size",
                "eval_every", "checkpoint_every"):
-    if getattr(config, name) < 1:
+    if getattr(config, name) is not None and getattr(config, name) < 1:
       raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
+  check_passes(config)
   if config.client_shards < 0:
     raise ValueError(f"--client_shards must be >= 0, got {config.client_shards}")
   if getattr(config, "client_jit_compile", None) and not fedavg.shards_of(config):
@@ -168,28 +177,47 @@ def check_loop_settings(config) -> None:
   stopping_rule(config)
 
 
+def check_passes(config) -> None:
+  """Validates a config's budget in passes (`min_passes` <= `max_passes`)."""
+  if not config.max_passes > 0:
+    raise ValueError(f"--max_passes must be > 0, got {config.max_passes}")
+  if not 0 <= config.min_passes <= config.max_passes:
+    raise ValueError(f"--min_passes must be in [0, --max_passes={config.max_passes}], "
+                     f"got {config.min_passes}")
+
+
 def stopping_rule(config) -> early_stopping.StoppingRule:
-  """The stopping rule of a run config (patience, min_delta, smoothing)."""
-  return early_stopping.StoppingRule.from_flags(config.patience, config.min_delta,
+  """The stopping rule of a run config (patience, min_improvement_se, smoothing)."""
+  return early_stopping.StoppingRule.from_flags(config.patience,
+                                                config.min_improvement_se,
                                                 config.smoothing)
 
 
-def _history_through(metrics_path: str, round_num: int,
-                     monitored: str) -> Tuple[int, List[Tuple[int, float]]]:
-  """(examples trained on, validation curve) through `round_num`, from the metrics."""
+def round_budget(config, num_clients: int) -> Tuple[int, int]:
+  """(cap, minimum) in rounds for `num_clients` clients: `rounds` when given,
+  else `max_passes` expected visits per client (a round visits
+  `clients_per_round` of them); the stopping rule may end a run only after
+  `min_passes` visits."""
+  rounds_per_pass = num_clients / min(config.clients_per_round, num_clients)
+  cap = (config.rounds if config.rounds is not None
+         else max(1, math.ceil(config.max_passes * rounds_per_pass)))
+  return cap, min(cap, math.ceil(config.min_passes * rounds_per_pass))
+
+
+def passes(rounds: int, clients_per_round: int, num_clients: int) -> float:
+  """Expected visits per client after `rounds` rounds: the federated passes."""
+  return rounds * min(clients_per_round, num_clients) / num_clients
+
+
+def _examples_through(metrics_path: str, round_num: int) -> int:
+  """The examples trained on through `round_num`, from the metrics."""
   if round_num == 0:
-    return 0, []
-  examples_seen, curve = None, []
+    return 0
   with open(metrics_path) as f:
     for row in csv.DictReader(f):
-      row_round = int(row["round"])
-      if row_round <= round_num and row.get(monitored):
-        curve.append((row_round, float(row[monitored])))
-      if row_round == round_num:
-        examples_seen = int(float(row["examples_seen"]))
-  if examples_seen is None:
-    raise ValueError(f"{metrics_path}: no row for checkpointed round {round_num}")
-  return examples_seen, curve
+      if int(row["round"]) == round_num:
+        return int(float(row["examples_seen"]))
+  raise ValueError(f"{metrics_path}: no row for checkpointed round {round_num}")
 
 
 def _privacy_of(config, num_clients: int) -> Callable[[int], Dict[str, float]]:
@@ -259,9 +287,10 @@ class FederatedJob:
 def run_federated(job: FederatedJob, config, output_dir: str) -> Dict[str, Any]:
   """Trains (or resumes, or returns the finished run's results) and exports.
 
-  `config` gives the loop's settings: rounds, clients_per_round, client_sampling,
-  local_epochs, max_local_steps, batch_size, eval_every, checkpoint_every, patience, min_delta, smoothing and
-  seed.
+  `config` gives the loop's settings: rounds or max_passes, min_passes,
+  clients_per_round, client_sampling, local_epochs, max_local_steps,
+  batch_size, eval_every, checkpoint_every, patience, min_improvement_se,
+  smoothing and seed.
   """
   if tff_runtime.using_remote_workers() and not job.splits_across_workers:
     raise ValueError(f"--workers: {job.name} runs on one worker (drop --workers): its "
@@ -313,44 +342,43 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
       os.path.join(output_dir, "tensorboard"))
   server_model = job.build_server_model()
 
-  monitored = f"val_{job.monitored}"
-  examples_seen, curve = _history_through(os.path.join(output_dir, "metrics.csv"),
-                                          done_rounds, monitored)
-  rule = stopping_rule(config)
-  best_weights = os.path.join(output_dir, BEST_WEIGHTS)
-  latest_value = curve[-1][1] if curve else None
+  num_clients = len(job.clients.client_ids)
+  cap, minimum = round_budget(config, num_clients)
+  metrics_path = os.path.join(output_dir, "metrics.csv")
+  examples_seen = _examples_through(metrics_path, done_rounds)
+  curve = validation_curve.ValidationCurve(
+      stopping_rule(config), output_dir,
+      validation_curve.read_curve(metrics_path, "val", job.monitored,
+                                  lambda row: int(row["round"]), done_rounds),
+      min_step=minimum)
   trained_rounds = done_rounds
-  lines = progress.ProgressLines(job.name, "round", config.rounds, done_rounds,
-                                 may_stop_early=bool(rule.patience))
+  lines = progress.ProgressLines(job.name, "round", cap, done_rounds,
+                                 may_stop_early=bool(curve.rule.patience))
   if death is None:
     lines.say(run_directory.starting_line(output_dir, done_rounds, "round"))
   # A call trains the rounds up to the next evaluation or checkpoint
   # (`round_calls`): the state is here at every round that needs it.
-  while trained_rounds < config.rounds and not rule.should_stop(curve):
-    state, call_metrics = calls.next(state, trained_rounds + 1, config.rounds)
+  while trained_rounds < cap and not curve.should_stop(trained_rounds):
+    state, call_metrics = calls.next(state, trained_rounds + 1, cap)
     for round_num, metrics in enumerate(call_metrics, trained_rounds + 1):
       row = {**_training_metrics(metrics), **job.round_metrics, **privacy(round_num)}
       examples_seen += int(row["train_num_examples"])
       row["examples_seen"] = examples_seen
-      if round_num % config.eval_every == 0 or round_num == config.rounds:
+      if round_num % config.eval_every == 0 or round_num == cap:
         fedavg.assign_weights(process, state, server_model)
-        row.update({f"val_{k}": v
-                    for k, v in job.evaluate(server_model, "validation").items()})
-        latest_value = row[monitored]
-        curve.append((round_num, latest_value))
-        if rule.patience and rule.best(curve)[0] == round_num:
-          server_model.save_weights(best_weights)
+        row.update({f"val_{k}": v for k, v in curve.record(
+            round_num, job.evaluate(server_model, "validation"), job.monitored,
+            server_model).items()})
       asyncio.run(metrics_csv.release(row, key=round_num))
       asyncio.run(tensorboard.release(row, key=round_num))
-      if (round_num % config.checkpoint_every == 0 or round_num == config.rounds or
-          rule.should_stop(curve)):
+      if (round_num % config.checkpoint_every == 0 or round_num == cap or
+          curve.should_stop(round_num)):
         asyncio.run(state_manager.save(state, round_num))
       lines.report(round_num, f"loss {row['train_loss']:.4f}, val {job.monitored} " +
-                   ("-" if latest_value is None else f"{latest_value:.4f}"))
+                   ("-" if curve.latest is None else f"{curve.latest:.4f}"))
     trained_rounds += len(call_metrics)
-  if rule.patience:  # Converged: the best evaluated model (the last round always is).
-    best_round = rule.best(curve)[0]
-    server_model.load_weights(best_weights)
+  if curve.rule.patience:  # Converged: the best evaluated model.
+    best_round = curve.restore_best(server_model)
   else:  # A fixed budget: the model after it.
     best_round = trained_rounds
     fedavg.assign_weights(process, state, server_model)
@@ -360,12 +388,15 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
       **job.results,
       "rounds": trained_rounds,
       "best_round": best_round,
+      "passes": passes(trained_rounds, config.clients_per_round, num_clients),
+      "best_passes": passes(best_round, config.clients_per_round, num_clients),
       "clients_per_round": config.clients_per_round,
       "examples_seen": examples_seen,
       "worker_restarts": restarts,
       **job.round_metrics,
       **privacy(best_round),  # The reported model's: it saw best_round rounds.
-      "test": job.evaluate(server_model, "test"),
+      "test": validation_curve.test_metrics(job.evaluate(server_model, "test"),
+                                            job.monitored, output_dir),
       **job.baselines(),
   }
   run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)

@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import fedavg
+from fed_retrieval.evaluation import units
 from fed_retrieval.models import image_classifier
 from fed_retrieval.models import variable_model
 from fed_retrieval.training import federated_loop
@@ -38,7 +39,7 @@ class PUFederatedConfig:
   (`federated` gives the optimizers and the loop; its `objective` is unused).
 
   Defaults (README, "FedPU"): the paper's FedAvg (server SGD 1.0) with every
-  client in every round, for a fixed 60 rounds; client SGD 0.05. Local work
+  client in every round, for a fixed 60 passes (rounds); client SGD 0.05. Local work
   is sized to the clients' data (`sized_to`, unless `size_local_work` is
   off, as when --batch_size or --local_epochs is given): clients of
   `PAPER_CLIENT_POINTS` points or more on average (MNIST-sized data) take
@@ -52,7 +53,8 @@ class PUFederatedConfig:
   conv_filters: Tuple[int, ...] = (32, 64)
   dense_units: int = 128
   federated: federated_loop.FederatedConfig = federated_loop.FederatedConfig(
-      rounds=60, clients_per_round=10, local_epochs=5, max_local_steps=None,
+      max_passes=60.0, min_passes=0.0, clients_per_round=10, local_epochs=5,
+      max_local_steps=None,
       batch_size=16,
       client_learning_rate=0.05, server_optimizer="sgd", server_learning_rate=1.0,
       server_epsilon=None, client_jit_compile=False,
@@ -111,7 +113,15 @@ def majority_class_baseline(task: PUTask) -> Dict[str, float]:
   """The trivial baseline: test accuracy of predicting the class most frequent
   among the training points (by their hidden labels) for every image."""
   majority = np.argmax(np.bincount(task.train.labels, minlength=task.num_classes))
-  return {"accuracy": float(np.mean(task.test.labels == majority))}
+  hits = task.test.labels == majority
+  return {"accuracy": float(np.mean(hits)),
+          "accuracy_se": units.per_point(hits).standard_error()}
+
+
+def evaluate_classifier(model: tf.keras.Model, points) -> Dict[str, Any]:
+  """Accuracy over `points` (images, labels), with its units (per image)."""
+  hits = image_classifier.correct(model, points.images, points.labels)
+  return {"accuracy": float(np.mean(hits)), units.UNITS: units.per_point(hits)}
 
 
 def train_pu_federated(task: PUTask, config: PUFederatedConfig, output_dir: str) -> Dict[str, Any]:
@@ -128,8 +138,7 @@ def train_pu_federated(task: PUTask, config: PUFederatedConfig, output_dir: str)
           pu_model_fn(model_config, config), config.federated),
       clients=task.client_datasets(config.method),
       build_server_model=lambda: image_classifier.build_image_classifier(model_config),
-      evaluate=lambda model, split: {"accuracy": image_classifier.accuracy(
-          model, splits[split].images, splits[split].labels)},
+      evaluate=lambda model, split: evaluate_classifier(model, splits[split]),
       monitored="accuracy",
       export=export_classifier,
       results={"method": config.method, "setting": task.config.setting.describe()},

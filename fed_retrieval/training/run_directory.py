@@ -10,6 +10,7 @@ cannot be written is reported in one line.
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import sys
@@ -140,6 +141,25 @@ def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
     if os.path.isfile(os.path.join(output_dir, RESULTS)):
       os.remove(os.path.join(output_dir, RESULTS))
   write_json(path, config)
+
+
+def shared_run_directory(root: str, name: str, run_config: Dict[str, Any]) -> str:
+  """`root/<name>-<hash of run_config>`: the directory of a run that any
+  program asking for the same run finds (a comparison's references, trained
+  once for every comparison on the same data and settings)."""
+  digest = hashlib.sha256(json.dumps(_normalized(run_config), sort_keys=True)
+                          .encode()).hexdigest()[:12]
+  return os.path.join(root, f"{name}-{digest}")
+
+
+def link(target: str, link_path: str) -> None:
+  """A relative symbolic link `link_path` -> `target` (replacing an older
+  link; a real directory there is left alone)."""
+  if os.path.islink(link_path):
+    os.remove(link_path)
+  elif os.path.exists(link_path):
+    return
+  os.symlink(os.path.relpath(target, os.path.dirname(link_path) or "."), link_path)
 
 
 def read_run_config(output_dir: str) -> Dict[str, Any]:

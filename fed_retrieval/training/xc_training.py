@@ -31,11 +31,13 @@ from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.evaluation import classification_metrics
+from fed_retrieval.evaluation import units
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.runtime import worker_threads
 from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_loop
+from losses import multi_label
 from tasks.xc import xc_task
 from tasks.xc.xc_task import XCTask
 
@@ -57,7 +59,9 @@ class XCFederatedConfig:
   fedss: FedSSConfig = FedSSConfig()
   architecture: str = "linear"
   logit_scale: float = 10.0
-  rounds: int = 300
+  rounds: Optional[int] = None  # The cap in rounds; None: `max_passes`.
+  max_passes: float = 100.0
+  min_passes: float = 5.0
   clients_per_round: int = 100
   local_epochs: int = 1
   max_local_steps: Optional[int] = None
@@ -69,9 +73,9 @@ class XCFederatedConfig:
   client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS
   eval_every: int = 5
   checkpoint_every: int = 5
-  patience: int = 4
-  min_delta: float = 0.01
-  smoothing: int = 3
+  patience: int = 5
+  min_improvement_se: float = 1.0
+  smoothing: int = 1
   seed: int = 0
   ks: Tuple[int, ...] = classification_metrics.DEFAULT_KS
   # Client-level DP of the dense tower (the oracle's and full softmax's whole
@@ -180,8 +184,8 @@ def most_frequent_labels_baseline(task: xc_task.XCTask,
   all labels of the training points (not only the ones the clients keep)."""
   counts = np.bincount(np.concatenate(task.train.label_sets), minlength=task.num_labels)
   top = np.argsort(-counts, kind="stable")[:max(ks)]
-  return classification_metrics.precision_recall_at_k(
-      np.tile(top, (len(task.test), 1)), task.test.label_sets, ks)
+  return units.with_standard_error(classification_metrics.precision_recall_at_k(
+      np.tile(top, (len(task.test), 1)), task.test.label_sets, ks), "precision@1")
 
 
 def _baselines(task: XCTask, ks: Sequence[int]) -> Callable[[], Dict[str, Any]]:
@@ -231,8 +235,10 @@ def train_xc_federated(task: XCTask, config: XCFederatedConfig, output_dir: str)
 @dataclasses.dataclass(frozen=True)
 class XCCentralizedConfig:
   """A centralized reference: full softmax over every class with Adam, on the
-  pooled examples of `label_assignment`, evaluated every `eval_every_steps`
-  batches (default: once a pass) until the stopping rule ends it."""
+  pooled examples of `label_assignment` (`sample`: one example a point, its
+  drawn label; `all`: one example a point, its labels as a soft target),
+  evaluated every `eval_every_steps` batches (default: once a pass) from
+  `min_passes` on until the stopping rule ends it."""
   label_assignment: str = "all"
   optimizer: str = "adam"
   learning_rate: float = 0.001
@@ -240,9 +246,10 @@ class XCCentralizedConfig:
   epochs: int = 100  # The cap, in passes.
   steps: Optional[int] = None
   eval_every_steps: Optional[int] = None
-  patience: int = 4
-  min_delta: float = 0.01
-  smoothing: int = 3
+  min_passes: float = 5.0
+  patience: int = 5
+  min_improvement_se: float = 1.0
+  smoothing: int = 1
   steps_per_execution: int = 100
   seed: int = 0
 
@@ -251,11 +258,11 @@ class XCCentralizedConfig:
       raise ValueError(f"label_assignment must be one of "
                        f"{', '.join(xc_task.LABEL_ASSIGNMENTS)}, got "
                        f"'{self.label_assignment}'")
-    self.stopping_rule  # Validates --patience, --min_delta and --smoothing.
+    self.stopping_rule  # Validates --patience, --min_improvement_se, --smoothing.
 
   @property
   def stopping_rule(self) -> early_stopping.StoppingRule:
-    return early_stopping.StoppingRule.from_flags(self.patience, self.min_delta,
+    return early_stopping.StoppingRule.from_flags(self.patience, self.min_improvement_se,
                                                   self.smoothing)
 
 
@@ -264,22 +271,46 @@ CENTRALIZED_SETTINGS = {"sample": "centralized_one_label",
                         "all": "centralized_all_labels"}
 
 
+def reference_examples(task: XCTask, label_assignment: str
+                       ) -> Tuple[np.ndarray, np.ndarray, tf.keras.losses.Loss]:
+  """(point rows, targets, loss) a centralized reference trains on: one drawn
+  label a point (`sample`) with softmax cross-entropy, or every label of a
+  point as one soft target (`all`, `multi_label`): a pass is a pass over the
+  points however many labels they carry."""
+  if label_assignment == "all":
+    return (np.arange(len(task.train)), multi_label.padded_label_sets(
+        task.train.label_sets), multi_label.SoftTargetCrossentropy())
+  points, labels = task.training_examples("sample")
+  return (points, labels.astype(np.int32),
+          tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+def reference_run_config(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
+                         config: XCCentralizedConfig) -> Dict[str, Any]:
+  """What a reference's result depends on: the points and splits (not how
+  clients are dealt), its examples, the model and its training."""
+  points, targets, _ = reference_examples(task, config.label_assignment)
+  return {"task": task.config.describe_points(),
+          "task_fingerprint": xc_task.fingerprint(task, points, targets),
+          "model": dataclasses.asdict(model_config),
+          "training": dataclasses.asdict(config)}
+
+
 def train_xc_centralized(task: XCTask, federated: XCFederatedConfig,
                          config: XCCentralizedConfig, output_dir: str
                          ) -> Dict[str, Any]:
   """The federated runs' tower and class table (architecture and logit scale
   of `federated`) trained centrally with full softmax; exported likewise."""
   model_config = model_config_for(task, federated)
-  points, labels = task.training_examples(config.label_assignment)
+  points, targets, loss = reference_examples(task, config.label_assignment)
   inputs = (task.train.feature_ids[points], task.train.feature_values[points])
   evaluate, monitored = _evaluation(task, federated.ks)
   setting = CENTRALIZED_SETTINGS[config.label_assignment]
 
   job = centralized_loop.CentralizedJob(
-      name=setting, run_config=_run_config(task, model_config, config),
+      name=setting, run_config=reference_run_config(task, model_config, config),
       build_model=lambda: xc_encoder.build_xc_classifier(model_config, federated.seed),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      train_arrays=lambda: (inputs, labels.astype(np.int32)), num_examples=len(labels),
+      loss=loss, train_arrays=lambda: (inputs, targets), num_examples=len(points),
       evaluate=evaluate,
       monitored=monitored, export=_export(model_config),
       results={"algorithm": setting, "label_assignment": config.label_assignment,

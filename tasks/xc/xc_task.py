@@ -93,6 +93,14 @@ class XCTaskConfig:
   def describe(self) -> Dict[str, Any]:
     return dataclasses.asdict(self)
 
+  def describe_points(self) -> Dict[str, Any]:
+    """The settings that make the points and splits, without those that deal
+    examples to clients (partition, label assignment): what a centralized
+    reference depends on."""
+    clients = ("partition", "labels_per_client", "num_clients", "dirichlet_alpha",
+               "label_assignment")
+    return {k: v for k, v in self.describe().items() if k not in clients}
+
 
 def _check_choice(flag: str, value: str, choices: Sequence[str]) -> None:
   if value not in choices:
@@ -170,8 +178,8 @@ class XCTask:
 
   def training_examples(self, label_assignment: str) -> Tuple[np.ndarray, np.ndarray]:
     """(point rows, labels) of the training examples under `label_assignment`
-    (the clients' own when it is the task's): what a centralized reference of
-    the same protocol trains on."""
+    (the clients' own when it is the task's): what the clients of that
+    protocol hold."""
     if label_assignment == self.config.label_assignment:
       return self.example_points, self.example_labels
     return _examples(self.train.label_sets, label_assignment, self.config.seed)
@@ -313,9 +321,13 @@ def _disjoint_class_task(config: XCTaskConfig, train_data: xc_io.XCData,
                 dropped, cut, scaling)
 
 
-def fingerprint(task: XCTask) -> str:
-  """A short hash of the training examples and features (for run configs)."""
-  digest = hashlib.sha256(task.example_labels.tobytes())
-  digest.update(task.example_points.tobytes())
+def fingerprint(task: XCTask, points: Optional[np.ndarray] = None,
+                labels: Optional[np.ndarray] = None) -> str:
+  """A short hash of training examples (default: the clients') and the
+  features (for run configs)."""
+  points = task.example_points if points is None else points
+  labels = task.example_labels if labels is None else labels
+  digest = hashlib.sha256(np.ascontiguousarray(labels).tobytes())
+  digest.update(np.ascontiguousarray(points).tobytes())
   digest.update(task.train.feature_ids.tobytes())
   return digest.hexdigest()[:12]
