@@ -171,7 +171,8 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
   def loss(tower, rows, keys, is_real, batch):
     del is_real  # Every label of the client is among its keys.
     (feature_ids, feature_values), labels = batch
-    embeddings = xc_encoder.tower_forward(tower, feature_ids, feature_values)
+    embeddings = xc_encoder.tower_forward(tower, feature_ids, feature_values,
+                                            model_config.residual)
     return positive_hinge_loss(embeddings, rows, positions_in(labels, keys),
                                config.hinge_margin)
 

@@ -250,7 +250,8 @@ def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
 
   def loss(tower, rows, keys, is_real, batch):
     (feature_ids, feature_values), labels = batch
-    embeddings = xc_encoder.tower_forward(tower, feature_ids, feature_values)
+    embeddings = xc_encoder.tower_forward(tower, feature_ids, feature_values,
+                                            model_config.residual)
     return candidate_loss(embeddings, rows, fedaws.positions_in(labels, keys), is_real,
                           config, model_config.logit_scale, num_classes)
 

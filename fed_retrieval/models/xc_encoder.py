@@ -4,7 +4,10 @@ Instance tower: sparse features (fixed-width rows of ids + 1 and values, 0 =
 padding) -> embedding bag (value-weighted mean of the feature embeddings) ->
 Dense layers (ReLU between them) -> L2-normalized instance embedding. With
 `dense_layers=False` the tower is the bag alone: a linear map of the
-L1-normalized features (`embedding_dim` is then the bag's).
+L1-normalized features (`embedding_dim` is then the bag's). With `residual`
+the dense layers' output is added to the bag (`embedding_dim` the bag's), the
+last layer starting at zero: the tower starts linear and learns what a
+nonlinear part adds.
 Class table: one row per class, L2-normalized when scoring. Logits are
 `logit_scale` times the cosine of instance and class embeddings.
 
@@ -31,6 +34,7 @@ class XCEncoderConfig:
   embedding_dim: int = 64
   logit_scale: float = 20.0
   dense_layers: bool = True
+  residual: bool = False
 
   def __post_init__(self):
     for name in ("num_features", "num_labels", "bag_dim", "embedding_dim"):
@@ -40,6 +44,9 @@ class XCEncoderConfig:
                                   self.embedding_dim != self.bag_dim):
       raise ValueError("XC model without dense layers: the embedding is the bag "
                        "(no hidden_dims, embedding_dim == bag_dim)")
+    if self.residual and (not self.dense_layers or self.embedding_dim != self.bag_dim):
+      raise ValueError("XC model with a residual tower: dense layers whose output "
+                       "is as wide as the bag (embedding_dim == bag_dim)")
 
   def weight_shapes(self) -> List[Tuple[int, ...]]:
     """Shapes of the tower's weights, in `tower_forward` order."""
@@ -57,6 +64,9 @@ PAPER_ARCHITECTURE = dict(bag_dim=512, hidden_dims=(1024, 1024), embedding_dim=5
 # What the centralized references on Bibtex favour: the bag alone, 256-dim.
 LINEAR_ARCHITECTURE = dict(bag_dim=256, hidden_dims=(), embedding_dim=256,
                            dense_layers=False)
+# The 256-dim bag plus a ReLU layer of 512 added back to it.
+RESIDUAL_ARCHITECTURE = dict(bag_dim=256, hidden_dims=(512,), embedding_dim=256,
+                             residual=True)
 
 
 def initial_tower_weights(config: XCEncoderConfig, seed: int) -> List[np.ndarray]:
@@ -70,6 +80,8 @@ def initial_tower_weights(config: XCEncoderConfig, seed: int) -> List[np.ndarray
     limit = np.sqrt(6.0 / sum(shape))
     weights.append(rng.uniform(-limit, limit, shape).astype(np.float32))
   weights[0][0] = 0.0
+  if config.residual:
+    weights[-2][:] = 0.0  # The last kernel: the residual part starts at zero.
   return weights
 
 
@@ -81,18 +93,20 @@ def initial_class_table(config: XCEncoderConfig, seed: int) -> np.ndarray:
 
 
 def tower_forward(weights: Sequence[tf.Tensor], feature_ids: tf.Tensor,
-                  feature_values: tf.Tensor) -> tf.Tensor:
-  """L2-normalized instance embeddings [B, D] of padded sparse rows [B, F]."""
+                  feature_values: tf.Tensor, residual: bool = False) -> tf.Tensor:
+  """L2-normalized instance embeddings [B, D] of padded sparse rows [B, F]
+  (`residual`: the dense layers' output added to the bag)."""
   bag = tf.gather(weights[0], feature_ids)  # [B, F, bag_dim]
   values = tf.where(feature_ids > 0, feature_values, tf.zeros_like(feature_values))
   total = tf.reduce_sum(tf.abs(values), axis=1, keepdims=True)
-  hidden = tf.einsum("bf,bfd->bd", values / tf.maximum(total, 1e-12), bag)
+  bagged = tf.einsum("bf,bfd->bd", values / tf.maximum(total, 1e-12), bag)
+  hidden = bagged
   layers = list(zip(weights[1::2], weights[2::2]))
   for i, (kernel, bias) in enumerate(layers):
     hidden = tf.matmul(hidden, kernel) + bias
     if i < len(layers) - 1:
       hidden = tf.nn.relu(hidden)
-  return scoring.l2_normalize(hidden)
+  return scoring.l2_normalize(bagged + hidden if residual else hidden)
 
 
 def bag_keys(examples) -> tf.Tensor:
@@ -144,7 +158,8 @@ class InstanceTower(_XCLayer):
 
   def call(self, inputs):
     feature_ids, feature_values = inputs
-    return tower_forward(self.tower_weights, feature_ids, feature_values)
+    return tower_forward(self.tower_weights, feature_ids, feature_values,
+                         self._config.residual)
 
 
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")

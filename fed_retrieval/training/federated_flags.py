@@ -156,8 +156,9 @@ SPREADOUT_MARGIN = flags.DEFINE_float(
     "FedAwS --spreadout=all: the distance nu classes are pushed to.")
 XC_ARCHITECTURE = flags.DEFINE_enum(
     "xc_architecture", _XC_LOOP_DEFAULTS.architecture, list(xc_training.ARCHITECTURES),
-    "XC model: linear (a 256-dim embedding bag, no dense layer), small (64-dim bag, "
-    "128 hidden, 64-dim output) or paper (512, 1024-1024, 512).")
+    "XC model: linear (a 256-dim embedding bag, no dense layer), residual (the "
+    "bag plus a 512 ReLU layer added back to it), small (64-dim bag, 128 hidden, "
+    "64-dim output) or paper (512, 1024-1024, 512).")
 XC_BAG = flags.DEFINE_enum(
     "xc_bag", _XC_LOOP_DEFAULTS.bag, list(fedaws.BAGS),
     "XC, FedAwS/FedSS and their sub-model baselines: a client receives only the "

@@ -44,6 +44,7 @@ from tasks.xc.xc_task import XCTask
 ALGORITHMS = fedaws.ALGORITHMS + fedss.ALGORITHMS
 ARCHITECTURES = {
     "linear": xc_encoder.LINEAR_ARCHITECTURE,
+    "residual": xc_encoder.RESIDUAL_ARCHITECTURE,
     "small": dict(bag_dim=64, hidden_dims=(128,), embedding_dim=64),
     "paper": xc_encoder.PAPER_ARCHITECTURE,
 }
