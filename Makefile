@@ -105,10 +105,13 @@ test: $(STAMP) bazel
 # MovieLens BS, H+S, GS under FedAvg and FedSGD; XC FedAwS and FedSS; the PU CNN.
 benchmark: $(STAMP)
 	mkdir -p runs
-	$(PY) -m scripts.benchmark --synthetic=ml1m --output=runs/benchmark_movielens.json
-	$(PY) -m scripts.benchmark --task=xc --synthetic_xc=xc_small \
+	$(PY) -m scripts.benchmark --synthetic=ml1m \
+	    --losses=batch_softmax,hinge_spreadout,global_softmax --include_fedsgd \
+	    --output=runs/benchmark_movielens.json
+	$(PY) -m scripts.benchmark --task=xc --synthetic_xc=xc_small --algorithms=fedaws,fedss \
 	    --output=runs/benchmark_xc.json
-	$(PY) -m scripts.benchmark --task=pu --pu_data=digits --output=runs/benchmark_pu.json
+	$(PY) -m scripts.benchmark --task=pu --pu_data=digits --pu_settings=iid_5x2 \
+	    --methods=fedpu --output=runs/benchmark_pu.json
 
 # FedAwS's and FedSS's round at 10k, 100k and 670k classes (Amazon-670K's features),
 # and at 100k the contrasts: FedSS with the whole bag, full softmax.

@@ -1,15 +1,17 @@
 r"""Throughput of every federated algorithm and of centralized Keras against a tight loop.
 
   python -m scripts.benchmark --synthetic=ml1m \
-      [--losses=batch_softmax,hinge_spreadout,global_softmax] [--algorithms=fedavg,fedsgd]
+      --losses=batch_softmax,hinge_spreadout,global_softmax --include_fedsgd
   python -m scripts.benchmark --task=xc --synthetic_xc=xc_small --algorithms=fedaws,fedss
-  python -m scripts.benchmark --task=pu --pu_data=digits
+  python -m scripts.benchmark --task=pu --pu_data=digits --pu_settings=iid_5x2 \
+      --methods=fedpu
   python -m scripts.benchmark --synthetic=ml1m --losses=global_softmax \
-      --algorithms=fedavg --local_workers=1,2,3
-  python -m scripts.benchmark --task=pu --pu_data=mnist --mnist_path=DIR
+      --local_workers=1,2,3
   python -m scripts.benchmark --task=pu --pu_data=mnist --mnist_path=/tmp/mnist10k \
-      --mnist_shaped=10000
-For each workload (an algorithm on the task, with the federated flags given),
+      --mnist_shaped=10000 --pu_settings=iid_5x2 --methods=fedpu
+Measures the federated runs of the comparison the flags describe (its first
+setting). For each workload (an algorithm on the task, with the federated
+flags given),
 --repeats trials, each: federated examples/s over --timed_rounds rounds (after
 --warmup_rounds once), then at once centralized Keras `fit` on as many of the
 same clients' pooled examples (the best of --steps_per_execution), a tight
@@ -21,25 +23,17 @@ the process tree (the TFF worker included). Prints a markdown table, then the
 JSON report (every trial in it); --output writes the JSON.
 """
 
-import dataclasses
 import json
 import os
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval.algorithms import fedavg
-from fed_retrieval.models import model_flags
 from fed_retrieval.reports import throughput
 from fed_retrieval.training import federated_flags
 from fed_retrieval.training import run_directory
-from losses import pu_risk
-from losses import registry
-from tasks import task_flags
-from tasks.movielens import movielens_task
+from tasks import registry
 from tasks.pu import image_io
-from tasks.pu import pu_task
-from tasks.xc import xc_task
 
 _TIMED_ROUNDS = flags.DEFINE_integer("timed_rounds", 10, "Timed federated rounds a trial.")
 _WARMUP_ROUNDS = flags.DEFINE_integer(
@@ -50,16 +44,6 @@ _STEPS_PER_EXECUTION = flags.DEFINE_list(
     "steps_per_execution", ["100"],
     "Batches a Keras step trains centrally (as the centralized runs' "
     "steps_per_execution, 100); with several values the best counts.")
-_LOSSES = flags.DEFINE_list(
-    "losses", ["batch_softmax", "hinge_spreadout", "global_softmax"],
-    "MovieLens: the losses measured.")
-_ALGORITHMS = flags.DEFINE_list(
-    "algorithms", None,
-    "The algorithms measured (MovieLens default fedavg,fedsgd; --task=xc "
-    "default fedaws,fedss).")
-_PU_METHOD = flags.DEFINE_enum(
-    "pu_method", "fedpu", list(pu_risk.METHODS),
-    "--task=pu: the method measured (every method trains the same CNN).")
 _MNIST_SHAPED = flags.DEFINE_integer(
     "mnist_shaped", 0,
     "--task=pu: first write this many random 28x28 images in MNIST's IDX files "
@@ -83,29 +67,13 @@ _OUTPUT = flags.DEFINE_string("output", None, "Also write the JSON report here."
 
 
 def workloads():
-  """The workloads the flags ask for."""
-  if task_flags.TASK.value == "xc":
-    task = xc_task.build_xc_task(task_flags.xc_task_config_from_flags())
-    config = federated_flags.xc_federated_config_from_flags()
-    return [throughput.xc_workload(task, dataclasses.replace(config, algorithm=a))
-            for a in _ALGORITHMS.value or ["fedaws", "fedss"]]
-  if task_flags.TASK.value == "pu":
-    if _MNIST_SHAPED.value:
-      write_mnist_shaped(_MNIST_SHAPED.value)
-    task = pu_task.build_pu_task(task_flags.pu_task_config_from_flags())
-    return [throughput.pu_workload(
-        task, federated_flags.pu_federated_config_from_flags(_PU_METHOD.value))]
-  task = movielens_task.build_task(task_flags.task_config_from_flags())
-  algorithms = _ALGORITHMS.value or list(fedavg.ALGORITHMS)
-  for name in _LOSSES.value:
-    registry.base_loss_name(name)  # Names the flag on a typo.
-  for name in algorithms:
-    if name not in fedavg.ALGORITHMS:
-      raise ValueError(f"--algorithms: MovieLens takes {', '.join(fedavg.ALGORITHMS)}, "
-                       f"got '{name}'")
-  config = federated_flags.federated_config_from_flags(_LOSSES.value[0])
-  return [throughput.movielens_workload(task, loss, algorithm, config)
-          for loss in _LOSSES.value for algorithm in algorithms]
+  """The workloads the flags ask for: the federated runs of the comparison they
+  describe (its first setting)."""
+  family = registry.from_flags()
+  if _MNIST_SHAPED.value:
+    write_mnist_shaped(_MNIST_SHAPED.value)
+  return [throughput.workload(run)
+          for run in family.comparison(family.settings_from_flags())[0].federated]
 
 
 def write_mnist_shaped(num_images: int) -> None:
@@ -149,7 +117,7 @@ def main(argv) -> None:
 
 if __name__ == "__main__":
   cli.run(main, help_groups=[
-      *task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS, *federated_flags.ALL_FLAGS,
-      ("Benchmark", None, (_TIMED_ROUNDS, _WARMUP_ROUNDS, _STEPS_PER_EXECUTION, _LOSSES,
-                           _ALGORITHMS, _PU_METHOD, _MNIST_SHAPED, _LOCAL_WORKERS,
-                           _BREAKDOWN, _REPEATS, _OUTPUT))])
+      *registry.help_groups(),
+      *federated_flags.ALL_FLAGS,
+      ("Benchmark", None, (_TIMED_ROUNDS, _WARMUP_ROUNDS, _STEPS_PER_EXECUTION,
+                           _MNIST_SHAPED, _LOCAL_WORKERS, _BREAKDOWN, _REPEATS, _OUTPUT))])

@@ -13,9 +13,10 @@ from absl import flags
 from fed_retrieval import export
 from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval.evaluation import units
-from fed_retrieval.models import model_flags
 from fed_retrieval.training import run_directory
-from tasks import task_flags
+from fed_retrieval.training import run_flags
+from fed_retrieval.training.loop_config import LOOP_DEFAULTS
+from tasks.movielens import flags as movielens_flags
 from tasks.movielens import movielens_task
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "An export directory.")
@@ -28,9 +29,9 @@ flags.mark_flag_as_required("model_dir")
 
 def main(argv) -> None:
   del argv
-  task = movielens_task.build_task(task_flags.task_config_from_flags())
+  task = movielens_task.build_task(movielens_flags.task_config_from_flags())
   exported = export.load_export(_MODEL_DIR.value, task.items)
-  ks = model_flags.ks_from_flag()
+  ks = movielens_flags.ks_from_flag()
   if max(ks) > task.items.num_items:
     raise ValueError(f"--k={max(ks)} exceeds the {task.items.num_items} items")
   if exported.config.max_context_length != task.config.max_context_length:
@@ -40,12 +41,13 @@ def main(argv) -> None:
   results = {"model_dir": _MODEL_DIR.value, "split": _SPLIT.value,
              _SPLIT.value: units.with_standard_error(retrieval_evaluation.evaluate(
                  exported.scores, task.split(_SPLIT.value), ks,
-                 model_flags.BATCH_SIZE.value), f"global_recall@{max(ks)}")}
+                 run_flags.BATCH_SIZE.value or LOOP_DEFAULTS["movielens"].batch_size),
+                 f"global_recall@{max(ks)}")}
   if _OUTPUT.value:
     run_directory.write_json(_OUTPUT.value, results)
   print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
-  cli.run(main, help_groups=[task_flags.MOVIELENS_FLAGS, ("Evaluation", None, (
-      model_flags.BATCH_SIZE, model_flags.KS))])
+  cli.run(main, help_groups=[movielens_flags.HELP_GROUPS[0], ("Evaluation", None, (
+      run_flags.BATCH_SIZE, movielens_flags.KS))])

@@ -1,6 +1,4 @@
-r"""Federated training with TFF, resumable: the MovieLens dual encoder (FedAvg,
-FedSGD, or FedSS's sampled global softmax) or, with --task=xc, the XC classifier
-(FedAwS, FedSS or a baseline).
+r"""Federated training with TFF, resumable: one run of any task family.
 
   python -m scripts.train_federated --synthetic=small --loss=hinge_spreadout \
       --rounds=50 --clients_per_round=20 --output_dir=runs/fed_small
@@ -30,58 +28,22 @@ import json
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
-from fed_retrieval.algorithms import fedss
-from fed_retrieval.models import model_flags
 from fed_retrieval.training import federated_flags
 from fed_retrieval.training import federated_loop
-from fed_retrieval.training import pu_training
-from fed_retrieval.training import sampled_softmax_training
-from fed_retrieval.training.sampled_softmax_training import LOSS
-from fed_retrieval.training import xc_training
-from losses import pu_risk
-from tasks import task_flags
-from tasks.movielens import movielens_task
-from tasks.pu import pu_task
-from tasks.xc import xc_task
+from fed_retrieval.training import run_flags
+from tasks import registry
 
-_PU_METHOD = flags.DEFINE_enum("pu_method", "fedpu", list(pu_risk.METHODS),
-                               "--task=pu: the method to train.")
 flags.mark_flag_as_required("output_dir")
 
 
 def main(argv) -> None:
   del argv
-  if task_flags.TASK.value == "xc":
-    results = xc_training.train_xc_federated(
-        xc_task.build_xc_task(task_flags.xc_task_config_from_flags()),
-        federated_flags.xc_federated_config_from_flags(), model_flags.OUTPUT_DIR.value)
-    print(json.dumps(results, indent=2))
-    return
-  if task_flags.TASK.value == "pu":
-    results = pu_training.train_pu_federated(
-        pu_task.build_pu_task(task_flags.pu_task_config_from_flags()),
-        federated_flags.pu_federated_config_from_flags(_PU_METHOD.value),
-        model_flags.OUTPUT_DIR.value)
-    print(json.dumps(results, indent=2))
-    return
-  task = movielens_task.build_task(task_flags.task_config_from_flags())
-  algorithm = federated_flags.ALGORITHM.value
-  if algorithm in fedss.ALGORITHMS:
-    if flags.FLAGS["loss"].present and model_flags.LOSS.value != LOSS:
-      raise ValueError(f"--algorithm={algorithm} trains {LOSS} (sampled over a "
-                       f"client's items), not --loss={model_flags.LOSS.value}")
-    federated_flags.refuse_fedavg_only_flags("FedSS and its baselines")
-    results = sampled_softmax_training.train_sampled_softmax(
-        task, federated_flags.federated_config_from_flags(LOSS),
-        federated_flags.fedss_config_from_flags(algorithm),
-        model_flags.OUTPUT_DIR.value, model_flags.EMBEDDING_DIM.value)
-  else:
-    results = federated_loop.train_federated(
-        task, federated_flags.federated_config_from_flags(model_flags.LOSS.value),
-        model_flags.OUTPUT_DIR.value, embedding_dim=model_flags.EMBEDDING_DIM.value)
+  family = registry.from_flags()
+  run = family.federated_run(family.settings_from_flags())
+  results = federated_loop.run_federated(run.job(), run.loop, run_flags.OUTPUT_DIR.value)
   print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
-  cli.run(main, help_groups=[*task_flags.ALL_FLAGS, model_flags.MODEL_FLAGS,
-                               model_flags.RUN_FLAGS, *federated_flags.ALL_FLAGS])
+  cli.run(main, help_groups=[*registry.help_groups(),
+                               *federated_flags.ALL_FLAGS])

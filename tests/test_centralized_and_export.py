@@ -1,7 +1,6 @@
 """Centralized training on the small preset, resume, export round trip, evaluate job."""
 
 import csv
-import dataclasses
 import json
 import os
 import subprocess
@@ -12,9 +11,10 @@ import pytest
 import tensorflow as tf
 
 from fed_retrieval import export
-from fed_retrieval.training import centralized_loop
 from losses.registry import ObjectiveConfig
 from tasks.movielens import movielens_task
+from tests.configs import movielens_centralized_job
+from tests.configs import train_movielens_centrally
 from tasks.movielens.item_vocabulary import ItemVocabulary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,10 +29,8 @@ def small_task(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained_run(small_task, tmp_path_factory):
   output_dir = str(tmp_path_factory.mktemp("central"))
-  config = centralized_loop.CentralizedConfig(objective=ObjectiveConfig("hinge_spreadout"), epochs=3,
-                                                  split="user")
-  results = centralized_loop.train_centralized(small_task, config, output_dir)
-  return output_dir, config, results
+  results = train_movielens_centrally(small_task, output_dir, "hinge_spreadout", epochs=3)
+  return output_dir, ObjectiveConfig("hinge_spreadout"), results
 
 
 def test_training_lowers_the_loss_and_beats_popularity(small_task, trained_run):
@@ -42,7 +40,7 @@ def test_training_lowers_the_loss_and_beats_popularity(small_task, trained_run):
   # The Frobenius spreadout of n unit rows in d dims is at least
   # sqrt(n^2 / d - n) (a tight frame): only the loss above that can go.
   n, d = small_task.vocabulary_size - 1, 16
-  floor = config.objective.build().spreadout.item * np.sqrt(n * n / d - n)
+  floor = config.build().spreadout.item * np.sqrt(n * n / d - n)
   assert len(losses) == 3 and losses[-1] - floor < 0.9 * (losses[0] - floor)
   test = results["test"]
   popular = results["most_popular_baseline"]
@@ -57,13 +55,11 @@ def test_training_lowers_the_loss_and_beats_popularity(small_task, trained_run):
 
 def test_finished_run_resumes_to_its_results_and_refuses_other_configs(
     small_task, trained_run):
-  output_dir, config, results = trained_run
-  again = centralized_loop.train_centralized(small_task, config, output_dir)
+  output_dir, _, results = trained_run
+  again = train_movielens_centrally(small_task, output_dir, "hinge_spreadout", epochs=3)
   assert again == results
-  other = centralized_loop.CentralizedConfig(objective=ObjectiveConfig("global_softmax"), epochs=3,
-                                                 split="user")
   with pytest.raises(ValueError, match="another configuration.*loss"):
-    centralized_loop.train_centralized(small_task, other, output_dir)
+    train_movielens_centrally(small_task, output_dir, "global_softmax", epochs=3)
 
 
 def test_export_round_trip(small_task, trained_run):
@@ -139,13 +135,11 @@ def test_scripts_reject_bad_input_by_name(script, args, message):
 
 def test_a_finished_run_given_more_epochs_trains_on_to_one_run_of_them(
     small_task, tmp_path):
-  config = centralized_loop.CentralizedConfig(objective=ObjectiveConfig("global_softmax"),
-                                              epochs=1, split="user")
-  longer = dataclasses.replace(config, epochs=2)
   extended = str(tmp_path / "extended")
-  centralized_loop.train_centralized(small_task, config, extended)
-  results = centralized_loop.train_centralized(small_task, longer, extended)
-  expected = centralized_loop.train_centralized(small_task, longer, str(tmp_path / "one"))
+  train_movielens_centrally(small_task, extended, "global_softmax", epochs=1)
+  results = train_movielens_centrally(small_task, extended, "global_softmax", epochs=2)
+  expected = train_movielens_centrally(small_task, str(tmp_path / "one"),
+                                       "global_softmax", epochs=2)
   assert results["steps"] == expected["steps"] == 2 * (results["steps"] // 2)
   losses = {}
   for name in ("extended", "one"):
@@ -160,22 +154,20 @@ def test_a_finished_run_given_more_epochs_trains_on_to_one_run_of_them(
   assert losses["extended"][1] < 0.9 * losses["extended"][0]
 
 
-def test_the_centralized_step_compiles_with_xla_where_chosen(small_task, monkeypatch):
+def test_the_centralized_step_compiles_with_xla_where_chosen(small_task):
   # By default for the objectives with spreadout, and for global softmax under
   # plain SGD (not Adam); the flag overrides either way.
-  jobs = []
-  monkeypatch.setattr(centralized_loop, "run_centralized",
-                      lambda job, config, output_dir: jobs.append(job))
   runs = [("batch_softmax", "adam", None, False), ("batch_softmax", "sgd", None, False),
           ("batch_softmax_spreadout", "adam", None, True), ("hinge", "sgd", None, False),
           ("hinge_spreadout", "adam", None, True), ("global_softmax", "adam", None, False),
           ("global_softmax", "sgdm", None, False), ("global_softmax", "sgd", None, True),
           ("global_softmax", "adam", True, True), ("hinge_spreadout", "adam", False, False)]
+  chosen = []
   for loss, optimizer, jit_compile, _ in runs:
-    centralized_loop.train_centralized(small_task, centralized_loop.CentralizedConfig(
-        objective=ObjectiveConfig(loss), optimizer=optimizer, jit_compile=jit_compile),
-                                       "unused")
-  assert [job.jit_compile for job in jobs] == [xla for *_, xla in runs]
+    job, config = movielens_centralized_job(small_task, loss, jit_compile=jit_compile,
+                                            optimizer=optimizer)
+    chosen.append(job.jit_compile if config.jit_compile is None else config.jit_compile)
+  assert chosen == [xla for *_, xla in runs]
 
 
 @pytest.mark.parametrize("loss", ["batch_softmax_spreadout", "global_softmax"])
@@ -184,20 +176,17 @@ def test_xla_trains_the_same_model(small_task, tmp_path, loss):
   # same item embeddings (the [B, B] path with spreadout, and the [B, V] one).
   items = {}
   for jit_compile in (False, True):
-    config = centralized_loop.CentralizedConfig(
-        objective=ObjectiveConfig(loss), steps=40, split="example",
-        jit_compile=jit_compile)
     output_dir = str(tmp_path / f"xla_{jit_compile}")
-    centralized_loop.train_centralized(small_task, config, output_dir)
+    train_movielens_centrally(small_task, output_dir, loss, "example", jit_compile,
+                              epochs=None, steps=40)
     items[jit_compile] = np.load(os.path.join(output_dir, "export",
                                               "item_embeddings.npy"))
   np.testing.assert_allclose(items[True], items[False], atol=2e-4)
 
 
 def test_the_curve_of_an_example_split_run_is_named_test(small_task, tmp_path):
-  config = centralized_loop.CentralizedConfig(objective=ObjectiveConfig("batch_softmax"),
-                                              steps=50, split="example")
-  centralized_loop.train_centralized(small_task, config, str(tmp_path))
+  train_movielens_centrally(small_task, str(tmp_path), "batch_softmax", "example",
+                            epochs=None, steps=50)
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
     rows = list(csv.DictReader(f))
   assert rows and all(row["test_global_recall@10"] for row in rows)

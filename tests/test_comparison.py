@@ -1,4 +1,5 @@
-"""The comparison's relative drops, CSV, Markdown table and plot; and compare.py."""
+"""The comparison's gaps and their standard errors, its CSV, table, page and
+plot; the MovieLens centralized runs' clock; and compare.py end to end."""
 
 import csv
 import os
@@ -9,113 +10,127 @@ import types
 import numpy as np
 import pytest
 
-from fed_retrieval.algorithms.differential_privacy import DPConfig
-from fed_retrieval.evaluation import user_bootstrap
+from fed_retrieval.evaluation import units
 from fed_retrieval.reports import comparison
+from fed_retrieval.training import validation_curve
 from fed_retrieval.training.centralized_loop import CentralizedConfig
-from fed_retrieval.training.federated_loop import FederatedConfig
+from fed_retrieval.training.loop_config import LoopConfig
+from tasks.movielens import family as movielens_family
 from tasks.movielens import sequence_examples
+from tasks.movielens.settings import CENTRALIZED_DEFAULTS
+from tasks.movielens.settings import MovieLensSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLUMNS = [("global_recall@5", "recall@5"), ("global_recall@10", "recall@10")]
+METRIC = "global_recall@10"
+USERS = np.repeat(np.arange(20), 30)
 
 
-def fake_run(tmp_path, name, recalls):
+def fake_run(tmp_path, name, recall, seed):
+  """A run directory: a validation curve, and test hits of about `recall`
+  on 20 users of 30 examples (its saved test units)."""
   run_dir = os.path.join(tmp_path, name)
   os.makedirs(run_dir)
   with open(os.path.join(run_dir, "metrics.csv"), "w") as f:
     f.write("round,examples_seen,train_loss,val_global_recall@10\n")
-    for round_num, recall in enumerate(recalls, start=1):
-      f.write(f"{round_num},{1000 * round_num},1.0,"
-              f"{recall if recall is not None else ''}\n")
-  return run_dir
+    for round_num, value in enumerate([None, recall / 2, None, recall], start=1):
+      f.write(f"{round_num},{1000 * round_num},1.0,{'' if value is None else value}\n")
+  hits = np.random.default_rng(seed).random(USERS.size) < recall
+  return run_dir, validation_curve.test_metrics(
+      {METRIC: hits.mean(), units.UNITS: units.per_group(hits, USERS)}, METRIC, run_dir)
 
 
 def rows(tmp_path):
   result = []
-  for setting, loss, r10 in [("centralized", "batch_softmax", 0.10),
-                             ("federated", "batch_softmax", 0.04),
-                             ("centralized", "global_softmax", 0.20),
-                             ("federated", "global_softmax", 0.19),
-                             ("federated_shuffled", "global_softmax", 0.21)]:
-    used = ({"examples_seen": 1_500_000, "steps": 93_750, "best_step": 80_000}
-            if setting == "centralized" else
-            {"examples_seen": 733_000, "rounds": 45, "best_round": 40})
-    result.append({"setting": setting, "loss": loss, "global_recall@1": r10 / 5,
-                   "global_recall@5": r10 / 2, "global_recall@10": r10, **used,
-                   "run_dir": fake_run(tmp_path, f"{setting}_{loss}",
-                                       [None, r10 / 2, None, r10])})
-  result.append({"setting": "baseline", "loss": "most_popular", "global_recall@1": 0.0,
-                 "global_recall@5": 0.01, "global_recall@10": 0.02})
-  return comparison.with_relative_drops(result)
+  for seed, (kind, name, reference, recall) in enumerate([
+      ("centralized", "centralized batch_softmax", None, 0.10),
+      ("federated", "federated batch_softmax", "centralized batch_softmax", 0.04),
+      ("centralized", "centralized global_softmax", None, 0.20),
+      ("federated", "federated global_softmax", "centralized global_softmax", 0.19),
+      ("federated", "federated_dp1 global_softmax", "centralized global_softmax", 0.15)]):
+    run_dir, test = fake_run(tmp_path, name.replace(" ", "_"), recall, seed)
+    used = ({"examples_seen": 1_500_000, "steps": 93_750, "best_step": 80_000,
+             "passes": 12.0, "best_passes": 10.24} if kind == "centralized" else
+            {"examples_seen": 733_000, "rounds": 45, "best_round": 40, "passes": 9.2,
+             "best_passes": 8.2, "bytes_down_per_client": 253_000,
+             "bytes_up_per_client": 253_000})
+    if "dp1" in name:
+      used.update(epsilon=3.456, target_delta=1e-5)
+    result.append({"group": "", "run": name, "kind": kind, "reference": reference,
+                   "global_recall@5": test[METRIC] / 2, **test, **used,
+                   "run_dir": run_dir})
+  result.append({"group": "", "run": "most_popular", "kind": "baseline",
+                 "global_recall@5": 0.01, METRIC: 0.02, f"{METRIC}_se": 0.004})
+  return result
 
 
-def test_relative_drops(tmp_path):
-  by_key = {(r["setting"], r["loss"]): r for r in rows(tmp_path)}
-  federated_bs = by_key[("federated", "batch_softmax")]
-  assert federated_bs["drop_vs_centralized_same_loss@10"] == pytest.approx(0.6)
-  assert federated_bs["drop_vs_best_centralized@10"] == pytest.approx(0.8)
-  shuffled = by_key[("federated_shuffled", "global_softmax")]
-  assert shuffled["drop_vs_centralized_same_loss@10"] == pytest.approx(-0.05)
-  assert "drop_vs_centralized_same_loss@10" not in by_key[("centralized", "batch_softmax")]
+def test_relative_drops_with_standard_errors_paired_over_users(tmp_path):
+  table_rows = comparison.with_gaps(rows(tmp_path), METRIC, relative=True)
+  central_bs, federated_bs, central_gs = table_rows[:3]
+  hits = lambda row: validation_curve.read_test_units(row["run_dir"])
+  assert federated_bs["gap_to_same_reference"] == pytest.approx(
+      (central_bs[METRIC] - federated_bs[METRIC]) / central_bs[METRIC])
+  assert federated_bs["gap_to_same_reference_se"] == units.relative_drop(
+      hits(central_bs), hits(federated_bs))[1]
+  # The best reference is global softmax's, for every federated row.
+  assert federated_bs["gap_to_best_reference"] == pytest.approx(
+      (central_gs[METRIC] - federated_bs[METRIC]) / central_gs[METRIC])
+  assert "gap_to_same_reference" not in central_bs
+  # The bootstrap draws users: as wide as resampling the users' hits by hand.
+  draws = np.random.default_rng(1).integers(0, 20, size=(4000, 20))
+  per_user = lambda row: hits(row).numerators / 30
+  recalls = per_user(central_bs)[draws].mean(1), per_user(federated_bs)[draws].mean(1)
+  by_hand = np.std((recalls[0] - recalls[1]) / recalls[0])
+  assert federated_bs["gap_to_same_reference_se"] == pytest.approx(by_hand, rel=0.1)
+
+
+def test_absolute_gaps_with_paired_standard_errors(tmp_path):
+  table_rows = comparison.with_gaps(rows(tmp_path), METRIC, relative=False)
+  central, federated = table_rows[2], table_rows[3]
+  difference = units.paired_gain(validation_curve.read_test_units(federated["run_dir"]),
+                                 validation_curve.read_test_units(central["run_dir"]))
+  assert federated["gap_to_same_reference"] == pytest.approx(difference[0])
+  assert federated["gap_to_same_reference_se"] == pytest.approx(difference[1])
 
 
 def test_reports(tmp_path):
-  table = comparison.write_reports(rows(tmp_path), str(tmp_path))
+  table_rows = comparison.with_gaps(rows(tmp_path), METRIC, relative=True)
+  family = types.SimpleNamespace(name="movielens", relative_gaps=True,
+                                 columns=lambda s: COLUMNS, headline=lambda s: METRIC)
+  table = comparison.write_reports(table_rows, family, None, str(tmp_path),
+                                   "python -m scripts.compare --synthetic=small")
   with open(os.path.join(tmp_path, "results.csv")) as f:
     records = list(csv.DictReader(f))
-  assert tuple(records[0]) == comparison.CSV_COLUMNS
-  assert [r["setting"] for r in records] == ["centralized", "federated", "centralized",
-                                             "federated", "federated_shuffled",
-                                             "baseline"]
-  assert float(records[1]["drop_vs_centralized_same_loss@10"]) == pytest.approx(0.6)
-  assert records[0]["drop_vs_centralized_same_loss@10"] == ""
+  assert list(records[0])[:6] == ["group", "run", "kind", "reference",
+                                  "global_recall@5", METRIC]
+  assert [r["kind"] for r in records] == ["centralized", "federated", "centralized",
+                                          "federated", "federated", "baseline"]
+  assert float(records[1]["gap_to_same_reference"]) == pytest.approx(
+      table_rows[1]["gap_to_same_reference"])
+  assert records[0]["gap_to_same_reference"] == ""
   assert (records[1]["examples_seen"], records[1]["rounds"], records[1]["best_round"],
           records[1]["steps"]) == ("733000", "45", "40", "")
-  assert (records[0]["steps"], records[0]["best_step"], records[0]["rounds"]) == (
-      "93750", "80000", "")
-  assert ("| federated | batch_softmax | 0.80% | 2.00% | 4.00% | 60.00% | 80.00% "
-          "| 733k ex, 45 rounds (best 40) |") in table
-  assert "| 1.50M ex, 93750 steps (best 80000) |" in table
+  lines = table.splitlines()
+  assert lines[0] == ("| run | recall@5 (%) | recall@10 (%) ± SE | drop vs same reference "
+                      "(%) ± SE | drop vs best reference (%) ± SE | trained on | MB down "
+                      "/ up per client per round | epsilon (delta) |")
+  federated = table_rows[1]
+  assert lines[3].startswith(
+      f"| federated batch_softmax | {100 * federated['global_recall@5']:.2f} | "
+      f"{100 * federated[METRIC]:.2f} ± {100 * federated[METRIC + '_se']:.2f} | "
+      f"{100 * federated['gap_to_same_reference']:.2f} ± "
+      f"{100 * federated['gap_to_same_reference_se']:.2f} |")
+  assert "| 9.2 passes (best 8.2), 45 rounds, 733.0k ex | 0.253 / 0.253 |  |" in table
+  assert "| 12.0 passes (best 10.2), 93750 steps, 1.50M ex |" in table
+  assert lines[6].endswith("| 3.46 (1e-05) |")
+  assert lines[7] == "| most_popular | 1.00 | 2.00 ± 0.40 |  |  |  |  |  |"
   with open(os.path.join(tmp_path, "results.md")) as f:
-    assert f.read() == table
-  with open(os.path.join(tmp_path, "recall_curves.png"), "rb") as f:
-    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-
-
-def test_standard_errors_from_test_hits(tmp_path):
-  table_rows = rows(tmp_path)
-  rng = np.random.default_rng(0)
-  users = np.repeat(np.arange(20), 30)
-  hits = [rng.random(users.size) < row["global_recall@10"] for row in table_rows]
-  with_errors = comparison.with_standard_errors(table_rows, hits, users)
-  federated_bs, central_gs = with_errors[1], with_errors[2]
-  assert federated_bs["drop_vs_centralized_same_loss@10_se"] == (
-      user_bootstrap.relative_drop(hits[0], hits[1], users)[1])
-  # The best centralized run is the one with the most test hits: global softmax.
-  assert federated_bs["drop_vs_best_centralized@10_se"] == (
-      user_bootstrap.relative_drop(hits[2], hits[1], users)[1])
-  assert central_gs["global_recall@10_se"] == user_bootstrap.recall_standard_error(
-      hits[2], users)
-  assert "drop_vs_centralized_same_loss@10_se" not in central_gs
-  assert 0 < with_errors[-1]["global_recall@10_se"] < 0.05  # The baseline's.
-  table = comparison.markdown_table(with_errors)
-  assert f"| 20.00% ± {100 * central_gs['global_recall@10_se']:.2f} |" in table
-  assert f"60.00% ± {100 * federated_bs['drop_vs_centralized_same_loss@10_se']:.2f}" in table
-
-
-def test_dp_rows_carry_their_epsilon():
-  rows = [{"setting": "federated", "loss": "global_softmax", "global_recall@1": 0.01,
-           "global_recall@5": 0.03, "global_recall@10": 0.05},
-          {"setting": "federated_dp1", "loss": "global_softmax", "global_recall@1": 0.01,
-           "global_recall@5": 0.02, "global_recall@10": 0.04, "epsilon": 3.456,
-           "target_delta": 1e-5}]
-  table = comparison.markdown_table(rows)
-  assert table.splitlines()[0].endswith("| epsilon (delta) |")
-  assert table.splitlines()[3].endswith("| 3.46 (1e-05) |")
-  assert table.splitlines()[2].endswith("|  |  |  |")  # No DP: no epsilon.
-  assert "epsilon" not in comparison.markdown_table(rows[:1])
-  settings = comparison.federated_settings(False, False, [DPConfig(noise_multiplier=0.5)])
-  assert settings["federated_dp0.5"] == ({}, {"dp": DPConfig(noise_multiplier=0.5)})
+    page = f.read()
+  assert "Made by `python -m scripts.compare --synthetic=small` at commit " in page
+  assert table in page and "![curves.png](curves.png)" in page
+  for name in ("curves.png", "quality_vs_bytes.png"):
+    with open(os.path.join(tmp_path, name), "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
@@ -123,53 +138,70 @@ def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
   users = np.repeat([1, 2, 3], counts)
   task = types.SimpleNamespace(federated_train=sequence_examples.Examples(
       users, np.zeros((users.size, 2), np.int32), np.ones(users.size, np.int32)))
-  federated = FederatedConfig(clients_per_round=2, max_local_steps=2, eval_every=5,
-                              rounds=31)
+  loop = LoopConfig(clients_per_round=2, max_local_steps=2, eval_every=5, rounds=31,
+                    min_passes=3.0, patience=4)
+  settings = MovieLensSettings(task=None, loop=loop)
   # A round: 2 clients of the mean of min(n, 2 * 16) = (10 + 32 + 32) / 3 examples.
   per_round = 2 * 74 / 3
-  assert comparison.federated_examples_per_round(task, federated) == pytest.approx(
+  assert movielens_family.federated_examples_per_round(task, settings) == pytest.approx(
       per_round)
-  matched = comparison.with_federated_schedule(
-      CentralizedConfig(epochs=None), task, federated)
+  matched = movielens_family.with_federated_schedule(settings, task)
   assert matched.eval_every_steps == round(5 * per_round / 16) == 15
   assert matched.steps == round(31 * per_round / 16) == 96
-  given = comparison.with_federated_schedule(
-      CentralizedConfig(epochs=3, eval_every_steps=7), task, federated)
-  assert (given.epochs, given.steps, given.eval_every_steps) == (3, None, 7)
+  assert matched.patience == 4 and matched.batch_size == 16
+  # The minimum: 3 passes of 3 users at 2 a round = 5 rounds' examples.
+  assert matched.min_passes == pytest.approx(5 * per_round / 150)
+  given = movielens_family.with_federated_schedule(MovieLensSettings(
+      task=None, loop=loop, centralized=CentralizedConfig(epochs=3, eval_every_steps=7,
+                                                          min_passes=1.0)), task)
+  assert (given.epochs, given.steps, given.eval_every_steps, given.min_passes) == (
+      3, None, 7, 1.0)
+  assert CENTRALIZED_DEFAULTS.epochs is None and CENTRALIZED_DEFAULTS.min_passes is None
 
 
 def test_compare_script_end_to_end(tmp_path):
-  """Converged budget with both controls; the runs stop by patience or caps."""
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.compare", "--synthetic=small",
-       "--losses=batch_softmax,hinge_spreadout", "--rounds=4", "--clients_per_round=5",
-       "--eval_every=1", "--patience=1", "--centralized_eval_every_steps=100",
-       "--centralized_max_epochs=1", "--include_shuffled", "--include_fedsgd",
-       "--noise_multipliers=1", "--clip_norm=0.5",
-       f"--output_dir={tmp_path}/cmp", f"--cache_dir={tmp_path}/cache"],
-      cwd=ROOT, capture_output=True, text=True, timeout=900)
+  """MovieLens with every control; the runs stop by patience or caps, and a
+  second comparison reuses the first one's centralized references."""
+  command = [sys.executable, "-m", "scripts.compare", "--synthetic=small",
+             "--rounds=4", "--clients_per_round=5", "--eval_every=1", "--patience=1",
+             "--centralized_eval_every_steps=100", "--centralized_max_epochs=1",
+             f"--cache_dir={tmp_path}/cache"]
+  result = subprocess.run(command + [
+      "--losses=batch_softmax,hinge_spreadout", "--include_shuffled", "--include_fedsgd",
+      "--noise_multipliers=1", "--clip_norm=0.5", f"--output_dir={tmp_path}/cmp"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert "| federated_shuffled | hinge_spreadout |" in result.stdout
-  assert "| federated_sgd | batch_softmax |" in result.stdout
+  assert "| federated_shuffled hinge_spreadout |" in result.stdout
+  assert "| federated_sgd batch_softmax |" in result.stdout
   assert "WARNING" not in result.stderr and "fork" not in result.stderr
   with open(os.path.join(tmp_path, "cmp", "results.csv")) as f:
     records = list(csv.DictReader(f))
-  assert [(r["setting"], r["loss"]) for r in records] == [
-      ("centralized", "batch_softmax"), ("federated", "batch_softmax"),
-      ("federated_shuffled", "batch_softmax"), ("federated_sgd", "batch_softmax"),
-      ("federated_dp1", "batch_softmax"),
-      ("centralized", "hinge_spreadout"), ("federated", "hinge_spreadout"),
-      ("federated_shuffled", "hinge_spreadout"), ("federated_sgd", "hinge_spreadout"),
-      ("federated_dp1", "hinge_spreadout"), ("baseline", "most_popular")]
-  assert all(float(r["epsilon"]) > 0 for r in records if r["setting"] == "federated_dp1")
-  assert all(r["epsilon"] == "" for r in records if r["setting"] != "federated_dp1")
+  assert [r["run"] for r in records] == [
+      "centralized batch_softmax", "centralized hinge_spreadout",
+      "federated batch_softmax", "federated_shuffled batch_softmax",
+      "federated_sgd batch_softmax", "federated_dp1 batch_softmax",
+      "federated hinge_spreadout", "federated_shuffled hinge_spreadout",
+      "federated_sgd hinge_spreadout", "federated_dp1 hinge_spreadout", "most_popular"]
+  assert all(float(r["epsilon"]) > 0 for r in records if "dp1" in r["run"])
+  assert all(r["epsilon"] == "" for r in records if "dp1" not in r["run"])
   for record in records[:-1]:
-    if record["setting"] == "centralized":
+    if record["kind"] == "centralized":
       assert int(record["best_step"]) <= int(record["steps"])
       assert int(record["examples_seen"]) == 16 * int(record["steps"])
     else:
       assert 1 <= int(record["best_round"]) <= int(record["rounds"]) <= 4
-      # Patience 1: a run that stopped early did so one evaluation after its best.
-      assert int(record["rounds"]) in (4, int(record["best_round"]) + 1)
-  for name in ("results.md", "recall_curves.png"):
+      assert float(record["gap_to_same_reference_se"]) > 0
+  for name in ("results.md", "curves.png"):
     assert os.path.getsize(os.path.join(tmp_path, "cmp", name)) > 0
+  # The references live beside the comparison, linked from it, and a second
+  # comparison on the same data and settings reuses them.
+  linked = os.path.join(tmp_path, "cmp", "centralized_batch_softmax")
+  assert os.path.islink(linked) and os.path.dirname(
+      os.path.realpath(linked)) == os.path.realpath(tmp_path / "references")
+  again = subprocess.run(command + ["--losses=batch_softmax", "--algorithms=fedss",
+                                    f"--output_dir={tmp_path}/cmp2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "centralized batch_softmax: starting" not in again.stderr
+  assert os.path.realpath(os.path.join(tmp_path, "cmp2", "centralized_batch_softmax")) == (
+      os.path.realpath(linked))

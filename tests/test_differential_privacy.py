@@ -7,13 +7,13 @@ import dp_accounting
 from dp_accounting import rdp
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.training.client_sampling import ClientSampler
-from fed_retrieval.training.federated_loop import FederatedConfig
+from fed_retrieval.algorithms.fedavg import FedAvgConfig
+from fed_retrieval.training.loop_config import LoopConfig
 from tests.linear_clients import CLIENT_A, CLIENT_B, W0, dataset, linear_model_fn
 from tests.linear_clients import mse_gradient
 
@@ -43,10 +43,10 @@ def test_epsilon_grows_with_rounds_and_shrinks_with_noise():
 
 
 def run_round(dp, clients, algorithm="fedavg"):
-  config = FederatedConfig(algorithm=algorithm, client_learning_rate=0.1,
-                           server_optimizer="sgd", server_learning_rate=1.0,
-                           clients_per_round=len(clients), dp=dp)
-  process = fedavg.build_learning_process(linear_model_fn, config)
+  config = FedAvgConfig(algorithm=algorithm, client_learning_rate=0.1,
+                        server_optimizer="sgd", server_learning_rate=1.0, dp=dp)
+  process = fedavg.build_learning_process(linear_model_fn, config,
+                                          LoopConfig(clients_per_round=len(clients)))
   output = process.next(process.initialize(), [dataset(c) for c in clients])
   return np.asarray(process.get_model_weights(output.state).trainable[0]).reshape(2)
 
@@ -99,4 +99,5 @@ def test_bad_dp_settings_name_the_flag(changes, message):
   with pytest.raises(ValueError, match=message):
     DPConfig(**{"noise_multiplier": 1.0, **changes})
   with pytest.raises(ValueError, match="assumes Poisson sampling"):
-    FederatedConfig(client_sampling="uniform", dp=DPConfig(noise_multiplier=1.0))
+    FedAvgConfig(dp=DPConfig(noise_multiplier=1.0)).check_loop(
+        LoopConfig(client_sampling="uniform"))

@@ -8,9 +8,11 @@ import tensorflow as tf
 
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import optimizers
-from fed_retrieval.training.federated_loop import FederatedConfig
+from fed_retrieval.algorithms.fedavg import FedAvgConfig
+from fed_retrieval.training.loop_config import LoopConfig
 from losses.registry import ObjectiveConfig
 from tasks import client_data
+from tests.configs import fedavg_and_loop
 from tests.linear_clients import CLIENT_A, CLIENT_B, CLIENT_NAN, W0, dataset
 from tests.linear_clients import linear_model_fn, mse_gradient
 
@@ -32,7 +34,7 @@ def shard(clients, batch_size=None):
 def run_round(config, clients, shards=None):
   """The weights after one round on `clients` (each one batch), or with
   `client_shards`, on `shards` (lists of clients)."""
-  process = fedavg.build_learning_process(linear_model_fn, config)
+  process = fedavg.build_learning_process(linear_model_fn, *config)
   state = process.initialize()
   data = ([shard(s) for s in shards] if shards else [dataset(c) for c in clients])
   output = process.next(state, data)
@@ -44,7 +46,7 @@ def run_round(config, clients, shards=None):
     ([[CLIENT_A, CLIENT_B], [CLIENT_A]], {"a": 2 + 2, "b": 1}),  # Three in two shards.
 ])
 def test_fedavg_round_matches_hand_computation(tff_context, shards, weights):
-  config = FederatedConfig(algorithm="fedavg", client_learning_rate=0.1,
+  config = fedavg_and_loop(algorithm="fedavg", client_learning_rate=0.1,
                            server_optimizer="sgd", server_learning_rate=0.5,
                            client_shards=len(shards or []))
   # Each client takes one SGD step on its single batch from the round's model;
@@ -62,14 +64,14 @@ def test_sharded_fedavg_equals_fedavg_with_momentum_and_several_steps(tff_contex
   clients = [(np.array([[1, 0], [0, 1], [1, 1]], np.float32),
               np.array([1, 2, 0], np.float32)), CLIENT_B,
              (np.array([[0, 2], [1, -1]], np.float32), np.array([3, 1], np.float32))]
-  config = FederatedConfig(algorithm="fedavg", client_optimizer="sgdm",
+  config = fedavg_and_loop(algorithm="fedavg", client_optimizer="sgdm",
                            client_learning_rate=0.1, server_optimizer="sgd",
                            server_learning_rate=1.0, client_shards=0, batch_size=2)
-  process = fedavg.build_learning_process(linear_model_fn, config)
+  process = fedavg.build_learning_process(linear_model_fn, *config)
   stock = process.next(process.initialize(), [
       tf.data.Dataset.from_tensor_slices(c).batch(2) for c in clients])
-  sharded_config = dataclasses.replace(config, client_shards=2)
-  sharded_process = fedavg.build_learning_process(linear_model_fn, sharded_config)
+  sharded_process = fedavg.build_learning_process(
+      linear_model_fn, config[0], dataclasses.replace(config[1], client_shards=2))
   sharded = sharded_process.next(sharded_process.initialize(),
                                  [shard(clients[:2], 2), shard(clients[2:], 2)])
   np.testing.assert_allclose(
@@ -84,7 +86,7 @@ def test_sharded_fedavg_equals_fedavg_with_momentum_and_several_steps(tff_contex
     ([[CLIENT_A, CLIENT_B], [CLIENT_A]], {"a": 2 + 2, "b": 1}),  # Three in two shards.
 ])
 def test_fedsgd_round_matches_hand_computation(tff_context, shards, weights):
-  config = FederatedConfig(algorithm="fedsgd", server_optimizer="sgd",
+  config = fedavg_and_loop(algorithm="fedsgd", server_optimizer="sgd",
                            server_learning_rate=0.3, client_shards=len(shards or []))
   # The server steps along the example-weighted mean of the clients' gradients.
   gradient = (weights["a"] * mse_gradient(W0, CLIENT_A) +
@@ -98,13 +100,13 @@ def test_sharded_fedsgd_equals_fedsgd_over_several_batches(tff_context):
   clients = [(np.array([[1, 0], [0, 1], [1, 1]], np.float32),
               np.array([1, 2, 0], np.float32)), CLIENT_B,
              (np.array([[0, 2], [1, -1]], np.float32), np.array([3, 1], np.float32))]
-  config = FederatedConfig(algorithm="fedsgd", server_optimizer="adam",
+  config = fedavg_and_loop(algorithm="fedsgd", server_optimizer="adam",
                            server_learning_rate=0.1, client_shards=0, batch_size=2)
-  process = fedavg.build_learning_process(linear_model_fn, config)
+  process = fedavg.build_learning_process(linear_model_fn, *config)
   stock = process.next(process.initialize(), [
       tf.data.Dataset.from_tensor_slices(c).batch(2) for c in clients])
   sharded_process = fedavg.build_learning_process(
-      linear_model_fn, dataclasses.replace(config, client_shards=2))
+      linear_model_fn, config[0], dataclasses.replace(config[1], client_shards=2))
   initial = sharded_process.initialize()
   # The same state as TFF's FedSGD: a checkpoint of either resumes in the other.
   assert (sharded_process.initialize.type_signature.result ==
@@ -119,10 +121,10 @@ def test_sharded_fedsgd_equals_fedsgd_over_several_batches(tff_context):
 
 def test_server_learning_rate_halves_every_half_life(tff_context):
   # Server SGD at 0.3 with a half-life of 2 rounds: 0.3, 0.3 / sqrt(2), 0.15.
-  config = FederatedConfig(algorithm="fedsgd", server_optimizer="sgd",
+  config = fedavg_and_loop(algorithm="fedsgd", server_optimizer="sgd",
                            server_learning_rate=0.3, server_learning_rate_half_life=2,
                            client_shards=0)
-  process = fedavg.build_learning_process(linear_model_fn, config)
+  process = fedavg.build_learning_process(linear_model_fn, *config)
   state, expected = process.initialize(), W0
   for rate in (0.3, 0.3 / np.sqrt(2), 0.15):
     state = process.next(state, [dataset(CLIENT_A)]).state
@@ -137,9 +139,9 @@ def test_sharded_round_refuses_batches_not_of_the_batch_size(tff_context):
   # otherwise must fail loudly, not slice the wrong rows.
   clients = [(np.array([[1, 0], [0, 1], [1, 1]], np.float32),
               np.array([1, 2, 0], np.float32)), CLIENT_B]
-  config = FederatedConfig(algorithm="fedavg", client_learning_rate=0.1,
+  config = fedavg_and_loop(algorithm="fedavg", client_learning_rate=0.1,
                            server_optimizer="sgd", client_shards=1, batch_size=3)
-  process = fedavg.build_learning_process(linear_model_fn, config)
+  process = fedavg.build_learning_process(linear_model_fn, *config)
   with pytest.raises(Exception, match="not of the batch size 3"):
     process.next(process.initialize(), [shard(clients, 2)])
 
@@ -149,7 +151,7 @@ def test_sharded_round_refuses_batches_not_of_the_batch_size(tff_context):
     ("fedavg", [[CLIENT_A, CLIENT_NAN], [CLIENT_B]]),
     ("fedsgd", [[CLIENT_A, CLIENT_NAN], [CLIENT_B]])])
 def test_non_finite_client_update_is_not_averaged_in(tff_context, algorithm, shards):
-  config = FederatedConfig(algorithm=algorithm, client_learning_rate=0.1,
+  config = fedavg_and_loop(algorithm=algorithm, client_learning_rate=0.1,
                            server_optimizer="sgd", client_shards=len(shards or []))
   with_nan = run_round(config, [CLIENT_A, CLIENT_NAN, CLIENT_B], shards)
   assert np.all(np.isfinite(with_nan))
@@ -158,24 +160,25 @@ def test_non_finite_client_update_is_not_averaged_in(tff_context, algorithm, sha
                           shards and [[CLIENT_A], [CLIENT_B]]), rtol=1e-6)
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("algorithm", "fedprox", "--algorithm"),
-    ("rounds", 0, "--rounds"),
-    ("clients_per_round", 0, "--clients_per_round"),
-    ("patience", -1, "--patience must be >= 0"),
-    ("min_improvement_se", -0.1, "--min_improvement_se must be >= 0"),
-    ("max_passes", 0, "--max_passes must be > 0"),
-    ("min_passes", 100, r"--min_passes must be in \[0, --max_passes=60.0\]"),
+@pytest.mark.parametrize("config,field,value,message", [
+    (FedAvgConfig, "algorithm", "fedprox", "--algorithm"),
+    (FedAvgConfig, "server_learning_rate_half_life", -1, "--server_learning_rate_half_life"),
+    (LoopConfig, "rounds", 0, "--rounds"),
+    (LoopConfig, "clients_per_round", 0, "--clients_per_round"),
+    (LoopConfig, "patience", -1, "--patience must be >= 0"),
+    (LoopConfig, "min_improvement_se", -0.1, "--min_improvement_se must be >= 0"),
+    (LoopConfig, "max_passes", 0, "--max_passes must be > 0"),
+    (LoopConfig, "min_passes", 200, r"--min_passes must be in \[0, --max_passes=100.0\]"),
 ])
-def test_bad_configs_name_the_flag(field, value, message):
+def test_bad_configs_name_the_flag(config, field, value, message):
   with pytest.raises(ValueError, match=message):
-    FederatedConfig(**{field: value})
+    config(**{field: value})
 
 
 def test_bad_optimizer_names_the_flag():
   with pytest.raises(ValueError, match="--server_optimizer: unknown optimizer 'lbfgs'"):
     fedavg.build_learning_process(
-        linear_model_fn, FederatedConfig(server_optimizer="lbfgs"))
+        linear_model_fn, *fedavg_and_loop(server_optimizer="lbfgs"))
 
 
 def test_add_scaled_adds_dense_and_repeated_embedding_rows():
@@ -196,13 +199,9 @@ def test_the_xla_choice_reaches_the_sharded_process(monkeypatch):
   chosen = []
   monkeypatch.setattr(fedavg.client_shards, "build_sharded_process",
                       lambda *args: chosen.append(args[3]))
-  for loss, jit_compile in (("global_softmax", {}), ("hinge_spreadout", {}),
-                            ("global_softmax", {"client_jit_compile": True}),
-                            ("batch_softmax", {"client_jit_compile": True}),
-                            ("global_softmax", {"client_jit_compile": False})):
-    fedavg.build_learning_process(linear_model_fn, FederatedConfig(
-        objective=ObjectiveConfig(loss), **jit_compile))
-  assert chosen == [False, False, True, True, False]  # Off unless asked for.
+  for jit_compile in ({}, {"client_jit_compile": True}, {"client_jit_compile": False}):
+    fedavg.build_learning_process(linear_model_fn, *fedavg_and_loop(**jit_compile))
+  assert chosen == [False, True, False]  # Off unless asked for.
 
 
 def test_sgd_in_place_steps_as_tff_sgd_on_dense_and_repeated_embedding_rows():
@@ -231,7 +230,7 @@ def test_recall_metrics_run_in_tff_only_when_asked(tff_context, ks, expected):
   from fed_retrieval.models import dual_encoder  # pylint: disable=g-import-not-at-top
   config = dual_encoder.DualEncoderConfig(vocabulary_size=30, max_context_length=3)
   model_fn = fedavg.retrieval_model_fn(config, ObjectiveConfig("global_softmax"), ks=ks)
-  process = fedavg.build_learning_process(model_fn, FederatedConfig(client_shards=0))
+  process = fedavg.build_learning_process(model_fn, *fedavg_and_loop(client_shards=0))
   contexts = np.array([[1, 2, 0], [3, 0, 0], [4, 5, 6]], np.int32)
   labels = np.array([7, 8, 9], np.int32)
   data = tf.data.Dataset.from_tensor_slices((contexts, labels)).batch(2)
@@ -258,14 +257,15 @@ def test_sharded_rounds_equal_tff_rounds_on_embedding_rows(
   labels = np.array([3, 7, 3, 8, 3], np.int32)
   points = {"0": np.arange(0, 3), "1": np.arange(3, 5)}
   data = client_data.ClientDatasets(contexts, labels, points)
-  config = FederatedConfig(algorithm=algorithm, client_optimizer=client_optimizer,
+  config = fedavg_and_loop(algorithm=algorithm, client_optimizer=client_optimizer,
                            client_learning_rate=0.5, server_optimizer="sgd",
                            server_learning_rate=1.0, client_shards=0, batch_size=2)
-  stock_process = fedavg.build_learning_process(model_fn, config)
+  stock_process = fedavg.build_learning_process(model_fn, *config)
   stock = stock_process.next(stock_process.initialize(), [
       data.training_dataset(c, 2, 1, None) for c in ("0", "1")])
-  sharded_process = fedavg.build_learning_process(model_fn, dataclasses.replace(
-      config, client_shards=1, client_jit_compile=jit_compile))
+  sharded_process = fedavg.build_learning_process(
+      model_fn, dataclasses.replace(config[0], client_jit_compile=jit_compile),
+      dataclasses.replace(config[1], client_shards=1))
   sharded = sharded_process.next(sharded_process.initialize(),
                                  [data.shard_dataset(["0", "1"], 2, 1, [None, None])])
   moved = 0.0

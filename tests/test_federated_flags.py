@@ -11,22 +11,31 @@ from tests.script_runs import ROOT
 RESOLVE = """
 import dataclasses, json, sys
 from absl import flags
-from fed_retrieval.training import federated_flags
-from tasks import task_flags
+from tasks import registry
+from tasks.xc.settings import XCSettings
 loss = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--resolve_loss=")]
 flags.FLAGS(["prog", *[a for a in sys.argv[1:] if not a.startswith("--resolve_loss=")]])
 try:
-  config = {"movielens": lambda: federated_flags.federated_config_from_flags(
-                (loss or ["global_softmax"])[0]).resolved(),
-            "pu": federated_flags.pu_federated_config_from_flags,
-            "xc": federated_flags.xc_federated_config_from_flags}[task_flags.TASK.value]()
-  print(json.dumps(dataclasses.asdict(config)))
+  family = registry.from_flags()
+  settings = family.settings_from_flags()
+  if family.name == "movielens":  # FedAvg of the loss, as its job builds it.
+    fedavg = settings.fedavg_for((loss or ["global_softmax"])[0])
+    fedavg.check_loop(settings.loop)
+    config = {**dataclasses.asdict(fedavg), **dataclasses.asdict(settings.loop)}
+  else:
+    if isinstance(settings, XCSettings):  # What the one run checks first.
+      settings.check(settings.algorithm)
+    config = dataclasses.asdict(settings)
+  print(json.dumps(config))
 except ValueError as e:
   print(json.dumps({"error": str(e)}))
 """
 
 
 def resolved(*argv):
+  """The family's settings the flags give (on the small presets' data)."""
+  data = {"--task=xc": "--synthetic_xc=xc_tiny", "--task=pu": "--pu_data=digits"}
+  argv = [next((d for t, d in data.items() if t in argv), "--synthetic=small"), *argv]
   result = subprocess.run([sys.executable, "-c", RESOLVE, *argv], cwd=ROOT,
                           capture_output=True, text=True, check=True)
   return json.loads(result.stdout.strip().splitlines()[-1])
@@ -69,11 +78,13 @@ def test_xla_needs_shards_of_clients():
 
 def test_pu_keeps_its_loop_and_sizes_local_work_unless_given():
   config = resolved("--task=pu")
-  assert config["federated"]["server_epsilon"] is None  # Server SGD.
+  assert config["fedavg"]["server_epsilon"] is None  # Server SGD.
+  assert config["fedavg"]["server_optimizer"] == "sgd"
+  assert (config["loop"]["clients_per_round"], config["loop"]["patience"]) == (10, 0)
   assert config["size_local_work"]
   assert not resolved("--task=pu", "--batch_size=32")["size_local_work"]
   assert not resolved("--task=pu", "--local_epochs=2")["size_local_work"]
-  assert not config["federated"]["client_jit_compile"]  # XLA slowed its CNN.
+  assert not config["fedavg"]["client_jit_compile"]  # XLA slowed its CNN.
 
 
 @pytest.mark.parametrize("flag", ["--server_epsilon=1e-3",
@@ -84,8 +95,8 @@ def test_xc_refuses_what_its_algorithms_do_not_take(flag):
 
 
 def test_xc_shards_its_clients_unless_private():
-  assert resolved("--task=xc")["client_shards"] == 2
-  assert resolved("--task=xc", "--client_shards=0")["client_shards"] == 0
+  assert resolved("--task=xc")["loop"]["client_shards"] == 2
+  assert resolved("--task=xc", "--client_shards=0")["loop"]["client_shards"] == 0
   assert resolved("--task=xc", "--client_shards=3", "--noise_multiplier=1",
                   "--xc_bag=whole")["error"].startswith("--client_shards: a DP run")
 
@@ -94,7 +105,8 @@ def test_xc_takes_dp_with_a_fixed_clip_and_the_oracle_an_adaptive_one():
   config = resolved("--task=xc", "--noise_multiplier=1", "--clip_norm=0.2",
                     "--xc_bag=whole")
   assert (config["dp"]["noise_multiplier"], config["dp"]["clip_norm"]) == (1.0, 0.2)
-  assert resolved("--task=xc", "--noise_multiplier=1", "--dp_clipping=adaptive")[
+  assert resolved("--task=xc", "--noise_multiplier=1", "--dp_clipping=adaptive",
+                  "--xc_bag=whole")[
       "error"].startswith("--dp_clipping=adaptive: --algorithm=fedaws clips at a fixed")
   # The linear tower with a selected bag has no dense weight for DP to cover.
   assert resolved("--task=xc", "--noise_multiplier=1")["error"].startswith(

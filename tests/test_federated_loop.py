@@ -1,7 +1,6 @@
 """Federated runs on the small preset: learning, IID control, resume after SIGKILL."""
 
 import csv
-import dataclasses
 import json
 import os
 import signal
@@ -13,10 +12,8 @@ import tensorflow as tf
 
 from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms.differential_privacy import DPConfig
-from fed_retrieval.training import federated_loop
-from fed_retrieval.training.federated_loop import FederatedConfig
-from losses.registry import ObjectiveConfig
 from tasks.movielens import movielens_task
+from tests.configs import train_movielens
 from tests.script_runs import run_script
 from tests.script_runs import wait_for_round
 from tests.script_runs import worker_pids
@@ -37,10 +34,9 @@ def small_task(cache_dir, **kwargs):
 def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
                                                         tmp_path):
   task = small_task(cache_dir)
-  config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=12, clients_per_round=20,
-                           client_learning_rate=0.5, eval_every=6,
-                           checkpoint_every=6)
-  results = federated_loop.train_federated(task, config, str(tmp_path))
+  results = train_movielens(task, str(tmp_path), "global_softmax", rounds=12,
+                            clients_per_round=20, client_learning_rate=0.5,
+                            eval_every=6, checkpoint_every=6)
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
     rows = list(csv.DictReader(f))
   assert [int(r["round"]) for r in rows] == list(range(1, 13))
@@ -59,10 +55,9 @@ def test_federated_training_learns_and_beats_popularity(tff_context, cache_dir,
 def test_a_dp_run_reports_epsilon_every_round(tff_context, cache_dir, tmp_path):
   task = small_task(cache_dir)
   dp = DPConfig(noise_multiplier=0.8, clip_norm=0.5, target_delta=1e-4)
-  config = FederatedConfig(objective=ObjectiveConfig("batch_softmax"), rounds=4,
-                           clients_per_round=24, eval_every=2, checkpoint_every=2,
-                           patience=0, dp=dp)
-  results = federated_loop.train_federated(task, config, str(tmp_path))
+  results = train_movielens(task, str(tmp_path), "batch_softmax", rounds=4,
+                            clients_per_round=24, eval_every=2, checkpoint_every=2,
+                            patience=0, dp=dp)
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
     rows = list(csv.DictReader(f))
   probability = 24 / task.federated_train.num_users  # 240 users: q = 0.1.
@@ -82,10 +77,9 @@ def test_early_stopping_reports_the_best_round_and_resumes_stopped(
   patience 2 the run stops at the first evaluation from round 6 on that is no
   record of the curve, and reports round 2's model."""
   task = small_task(cache_dir)
-  config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=20,
-                           clients_per_round=5, eval_every=2, checkpoint_every=4,
-                           min_passes=0.0, patience=2, min_improvement_se=1e9)
-  results = federated_loop.train_federated(task, config, str(tmp_path))
+  config = dict(rounds=20, clients_per_round=5, eval_every=2, checkpoint_every=4,
+                min_passes=0.0, patience=2, min_improvement_se=1e9)
+  results = train_movielens(task, str(tmp_path), "global_softmax", **config)
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
     rows = list(csv.DictReader(f))
   curve = [float(r["val_global_recall@10"]) for r in rows if r["val_global_recall@10"]]
@@ -105,14 +99,14 @@ def test_early_stopping_reports_the_best_round_and_resumes_stopped(
   assert best and all(np.array_equal(best[k], reported[k]) for k in best)
   # A stopped run whose results were lost resumes without training further.
   os.remove(os.path.join(tmp_path, "results.json"))
-  again = federated_loop.train_federated(task, config, str(tmp_path))
+  again = train_movielens(task, str(tmp_path), "global_softmax", **config)
   assert again == results
 
 
 def test_shuffled_control_is_its_own_setting(tff_context, cache_dir, tmp_path):
   task = small_task(cache_dir, shuffle_across_users=True)
-  config = FederatedConfig(objective=ObjectiveConfig("batch_softmax"), rounds=1, clients_per_round=5)
-  results = federated_loop.train_federated(task, config, str(tmp_path))
+  results = train_movielens(task, str(tmp_path), "batch_softmax", rounds=1,
+                            clients_per_round=5)
   assert results["setting"] == "federated_shuffled"
   with open(os.path.join(tmp_path, "run_config.json")) as f:
     assert json.load(f)["task"]["shuffle_across_users"] is True
@@ -151,18 +145,14 @@ def test_resume_after_sigkill_gives_the_same_results(cache_dir, tmp_path):
 def test_a_finished_run_extended_to_more_rounds_equals_one_run_of_them(
     tff_context, cache_dir, tmp_path):
   task = small_task(cache_dir)
-  config = FederatedConfig(objective=ObjectiveConfig("global_softmax"), rounds=4,
-                           clients_per_round=5, eval_every=2, checkpoint_every=3,
-                           patience=0)
-  longer = dataclasses.replace(config, rounds=8)
+  config = dict(clients_per_round=5, eval_every=2, checkpoint_every=3, patience=0)
   extended = os.path.join(tmp_path, "extended")
-  assert federated_loop.train_federated(task, config, extended)["rounds"] == 4
-  results = federated_loop.train_federated(task, longer, extended)
-  expected = federated_loop.train_federated(task, longer, os.path.join(tmp_path, "one"))
+  assert train_movielens(task, extended, rounds=4, **config)["rounds"] == 4
+  results = train_movielens(task, extended, rounds=8, **config)
+  expected = train_movielens(task, os.path.join(tmp_path, "one"), rounds=8, **config)
   assert results == expected
   with open(os.path.join(extended, "metrics.csv")) as f:
     assert [int(r["round"]) for r in csv.DictReader(f)] == list(range(1, 9))
   with pytest.raises(ValueError, match=r"another configuration "
-                                       r"\(training.clients_per_round: 5 -> 6\)"):
-    federated_loop.train_federated(
-        task, dataclasses.replace(longer, clients_per_round=6), extended)
+                                       r"\(training.loop.clients_per_round: 5 -> 6\)"):
+    train_movielens(task, extended, rounds=8, **{**config, "clients_per_round": 6})

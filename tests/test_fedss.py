@@ -1,6 +1,5 @@
 """FedSS: key sets, sparse row aggregation, the candidate softmaxes, one round by hand."""
 
-import dataclasses
 import os
 
 import numpy as np
@@ -14,12 +13,13 @@ from fed_retrieval.models import dual_encoder
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.training import checkpoints
 from fed_retrieval.training import round_calls
-from fed_retrieval.training import xc_training
 from losses import sampled_softmax
 from tasks import client_data
+from tasks.xc import family as xc_family
 from tasks.xc import xc_task
+from tests.configs import train_xc
+from tests.configs import xc_settings_of
 from tests.xc_reference import all_client_shapes
-from tests.xc_reference import dataset
 from tests.xc_reference import numeric_sgd_step
 from tests.xc_reference import numpy_tower
 from tests.xc_reference import round_data
@@ -300,15 +300,15 @@ def test_sharded_rounds_equal_a_tff_client_each(tff_context, algorithm, row_mean
   clients = task.clients.client_ids[:5]
   weights = []
   for shards in (0, 2):
-    config = xc_training.XCFederatedConfig(
-        algorithm=algorithm, fedss=FedSSConfig(num_negatives=5, row_mean=row_mean),
+    config = xc_settings_of(
+        task.config, fedss=FedSSConfig(num_negatives=5, row_mean=row_mean),
         clients_per_round=5, client_shards=shards)
-    process = xc_training.build_process(task, xc_training.model_config_for(task, config),
-                                        config)
+    process = xc_family.build_process(task, xc_family.model_config_for(task, config),
+                                      config, algorithm)
     state = process.initialize()
     for round_num in range(2):
       state = process.next(state, round_calls.round_datasets(
-          task.clients, clients, config, round_num, shards)).state
+          task.clients, clients, config.loop, round_num, shards)).state
     weights.append(process.get_model_weights(state).trainable)
   # (The oracle's shards step the bag's rows in place, a repeated feature's
   # rows one after another where TFF sums them first: rounding apart, 2e-5.)
@@ -333,14 +333,12 @@ def test_a_resumed_sub_model_run_equals_one_run(tff_context, tmp_path):
   # negatives are a function of (seed, round, client).
   task = xc_task.build_xc_task(xc_task.XCTaskConfig(
       synthetic="xc_tiny", partition="k_labels_per_client", labels_per_client=4))
-  config = xc_training.XCFederatedConfig(
-      algorithm="fedss", fedss=FedSSConfig(num_negatives=10), rounds=4,
-      clients_per_round=6, eval_every=2, checkpoint_every=3, patience=0)
-  longer = dataclasses.replace(config, rounds=6)
+  config = dict(fedss=FedSSConfig(num_negatives=10), clients_per_round=6, eval_every=2,
+                checkpoint_every=3, patience=0)
   extended = os.path.join(tmp_path, "extended")
-  assert xc_training.train_xc_federated(task, config, extended)["rounds"] == 4
-  resumed = xc_training.train_xc_federated(task, longer, extended)
-  expected = xc_training.train_xc_federated(task, longer, os.path.join(tmp_path, "one"))
+  assert train_xc(task, extended, "fedss", rounds=4, **config)["rounds"] == 4
+  resumed = train_xc(task, extended, "fedss", rounds=6, **config)
+  expected = train_xc(task, os.path.join(tmp_path, "one"), "fedss", rounds=6, **config)
   assert resumed["test"] == expected["test"]
   assert resumed["examples_seen"] == expected["examples_seen"]
   # Resumed from round 4's checkpoint, none set aside as unreadable.

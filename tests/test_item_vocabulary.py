@@ -12,17 +12,15 @@ import pytest
 import tensorflow as tf
 
 from fed_retrieval import export
-from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import run_directory
-from losses.registry import ObjectiveConfig
 from tasks.movielens import item_vocabulary
 from tasks.movielens import movielens_task
 from tasks.movielens.item_vocabulary import ItemVocabulary
+from tests.configs import train_movielens_centrally
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Sparse movie ids, as in ml-latest-small (9,724 movies, ids up to 193,609).
 MOVIE_IDS = np.array([3, 50, 51, 700, 1_000, 5_000, 20_000, 70_000, 150_000, 193_609])
-
 
 def test_rows_and_ids_round_trip():
   items = ItemVocabulary.of_items([700, 3, 193_609, 3, 50])
@@ -31,7 +29,6 @@ def test_rows_and_ids_round_trip():
   np.testing.assert_array_equal(items.rows([[193_609, 3], [50, 700]]), [[4, 1], [2, 3]])
   np.testing.assert_array_equal(items.ids_of_rows([4, 2]), [193_609, 50])
 
-
 @pytest.mark.parametrize("unknown", [4, 0, 200_000])
 def test_unknown_movie_is_named(unknown):
   items = ItemVocabulary.of_items([3, 50, 700])
@@ -39,7 +36,6 @@ def test_unknown_movie_is_named(unknown):
                      match=f"--history: movie id {unknown} is not one of the 3 movies "
                      r"the model knows \(ids 3..700\)"):
     items.rows([50, unknown], what="--history: movie id")
-
 
 def test_save_load_digest_and_identity_for_old_exports(tmp_path):
   items = ItemVocabulary.of_items(MOVIE_IDS)
@@ -51,7 +47,6 @@ def test_save_load_digest_and_identity_for_old_exports(tmp_path):
   np.testing.assert_array_equal(old.movie_ids, [0, 1, 2, 3])
   with pytest.raises(FileNotFoundError, match="no item_ids.npy"):
     item_vocabulary.load(str(tmp_path / "old"))
-
 
 def write_sparse_ratings(directory) -> str:
   """60 users, each rating a run of 8 consecutive movies of MOVIE_IDS (cyclic),
@@ -71,18 +66,14 @@ def write_sparse_ratings(directory) -> str:
         f'{movie},"Movie {movie}, The (1999)",Drama\n' for movie in MOVIE_IDS))
   return path
 
-
 @pytest.fixture(scope="module")
 def sparse_run(tmp_path_factory):
   directory = tmp_path_factory.mktemp("sparse")
   task = movielens_task.build_task(movielens_task.TaskConfig(
       ratings_path=write_sparse_ratings(str(directory)), max_context_length=3))
   output_dir = str(directory / "run")
-  config = centralized_loop.CentralizedConfig(
-      objective=ObjectiveConfig("global_softmax"), epochs=20, split="user")
-  centralized_loop.train_centralized(task, config, output_dir)
+  train_movielens_centrally(task, output_dir, "global_softmax", epochs=20)
   return task, directory, output_dir
-
 
 def test_task_numbers_movies_densely(sparse_run):
   task, _, _ = sparse_run
@@ -95,7 +86,6 @@ def test_task_numbers_movies_densely(sparse_run):
   has_previous = examples.contexts[:, 0] > 0
   np.testing.assert_array_equal(
       examples.labels[has_previous], examples.contexts[has_previous, 0] % 10 + 1)
-
 
 def test_export_index_answers_in_file_ids(sparse_run):
   task, _, output_dir = sparse_run
@@ -111,7 +101,6 @@ def test_export_index_answers_in_file_ids(sparse_run):
   np.testing.assert_allclose(index_scores.numpy(), -np.sort(-scores, axis=1)[:, :10],
                              rtol=1e-5)
 
-
 def test_an_unknown_movie_id_in_a_served_context_is_ignored(sparse_run):
   _, _, output_dir = sparse_run
   index = export.load_export(os.path.join(output_dir, "export")).load_index()
@@ -119,11 +108,9 @@ def test_an_unknown_movie_id_in_a_served_context_is_ignored(sparse_run):
   without = index(tf.constant([[50, 0, 0]], tf.int64))
   np.testing.assert_array_equal(with_unknown[1].numpy(), without[1].numpy())
 
-
 def run_script(name, *args):
   return subprocess.run([sys.executable, "-m", f"scripts.{name}", *args], cwd=ROOT,
                         capture_output=True, text=True, timeout=600)
-
 
 def test_recommend_speaks_the_files_ids_and_titles(sparse_run):
   _, directory, output_dir = sparse_run
@@ -151,7 +138,6 @@ def test_recommend_speaks_the_files_ids_and_titles(sparse_run):
   assert ("--history: movie id 4 is not one of the 10 movies the model knows "
           "(ids 3..193609)") in unknown.stderr
 
-
 def test_runs_from_before_dense_ids_are_refused_by_name(sparse_run, tmp_path):
   task, _, output_dir = sparse_run
   old_dir = tmp_path / "old_run"
@@ -164,10 +150,7 @@ def test_runs_from_before_dense_ids_are_refused_by_name(sparse_run, tmp_path):
     json.dump(config, f)
   with pytest.raises(ValueError, match=r"task.item_ids_sha256: None -> '[0-9a-f]{16}'; "
                      r"task.items: None -> 10"):
-    centralized_loop.train_centralized(
-        task, centralized_loop.CentralizedConfig(
-            objective=ObjectiveConfig("global_softmax"), epochs=20, split="user"),
-        str(old_dir))
+    train_movielens_centrally(task, str(old_dir), "global_softmax", epochs=20)
   shutil.copytree(os.path.join(output_dir, "checkpoint"), old_dir / "checkpoint")
   result = run_script("export", f"--run_dir={old_dir}", f"--export_dir={tmp_path}/e")
   assert result.returncode == 2

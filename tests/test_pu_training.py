@@ -9,11 +9,13 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import fedavg
-from fed_retrieval.training import pu_training
-from fed_retrieval.training.federated_loop import FederatedConfig
+from fed_retrieval.training import federated_loop
 from losses import pu_risk
+from tasks.pu import family as pu_family
 from tasks.pu import pu_task
+from tasks.pu.settings import PUSettings
 from tests import pu_reference
+from tests.configs import fedavg_and_loop
 
 C, D = 3, 4
 POSITIVES = {0: np.array([0]), 1: np.array([1, 2])}
@@ -66,9 +68,9 @@ def test_fedavg_round_with_the_fedpu_loss_matches_hand_computation(tff_context):
     targets = pu_risk.pu_targets("fedpu", labels, labeled, POSITIVES[k], C, PRIORS[k],
                                  pu_risk.cross_client_weights(POSITIVES, PRIORS, C, k))
     datasets.append(tf.data.Dataset.from_tensor_slices((x, targets)).batch(len(x)))
-  config = FederatedConfig(client_learning_rate=0.3, server_optimizer="sgd",
-                           server_learning_rate=1.0, client_shards=0)
-  process = fedavg.build_learning_process(linear_model_fn, config)
+  process = fedavg.build_learning_process(linear_model_fn, *fedavg_and_loop(
+      client_learning_rate=0.3, server_optimizer="sgd", server_learning_rate=1.0,
+      client_shards=0))
   output = process.next(process.initialize(), datasets)
   kernel, bias = process.get_model_weights(output.state).trainable
   # One SGD step per client on its single batch; the server averages the new
@@ -84,30 +86,30 @@ def test_fedavg_round_with_the_fedpu_loss_matches_hand_computation(tff_context):
 def test_fedpu_beats_positive_only_without_overlap(tff_context, tmp_path):
   # Ten clients, one class each (the paper's hardest iid row), on digits.
   task = pu_task.build_pu_task(pu_task.PUTaskConfig(setting=pu_task.SETTINGS["iid_10x1"]))
-  base = pu_training.PUFederatedConfig()
-  config = dataclasses.replace(base, federated=dataclasses.replace(
-      base.federated, rounds=40, eval_every=40, checkpoint_every=40))
+  base = PUSettings(task.config)
+  settings = dataclasses.replace(base, loop=dataclasses.replace(
+      base.loop, rounds=40, eval_every=40, checkpoint_every=40))
   accuracy = {}
   for method in ("fedpu", "positive_only"):
-    results = pu_training.train_pu_federated(
-        task, dataclasses.replace(config, method=method), str(tmp_path / method))
+    results = federated_loop.run_federated(
+        pu_family.federated_job(task, settings, method), settings.loop_for(task),
+        str(tmp_path / method))
     accuracy[method] = results["test"]["accuracy"]
   assert accuracy["fedpu"] > 0.6
   assert accuracy["fedpu"] > accuracy["positive_only"] + 0.2, accuracy
-  majority = pu_training.majority_class_baseline(task)["accuracy"]
+  majority = pu_family.majority_class_baseline(task)["accuracy"]
   assert results["majority_class_baseline"]["accuracy"] == majority
   assert 0.05 < majority < 0.15  # Digits: ten classes of about equal size.
 
 
 def test_local_work_is_sized_to_the_clients_data():
-  config = pu_training.PUFederatedConfig()
+  settings = PUSettings(pu_task.PUTaskConfig())
   small = types.SimpleNamespace(mean_client_points=lambda: 130.0)
   large = types.SimpleNamespace(mean_client_points=lambda: 720.0)
-  digits = config.sized_to(small)
-  assert (digits.federated.batch_size, digits.federated.local_epochs) == (16, 5)
-  mnist = config.sized_to(large)
-  assert (mnist.federated.batch_size, mnist.federated.local_epochs) == (100, 1)
-  assert mnist.federated.rounds == config.federated.rounds
-  assert not mnist.size_local_work and mnist.sized_to(small) == mnist  # Resolved once.
-  given = dataclasses.replace(config, size_local_work=False)  # --batch_size given.
-  assert given.sized_to(large) == given
+  digits = settings.loop_for(small)
+  assert (digits.batch_size, digits.local_epochs) == (16, 5)
+  mnist = settings.loop_for(large)
+  assert (mnist.batch_size, mnist.local_epochs) == (100, 1)
+  assert mnist.max_passes == settings.loop.max_passes
+  given = dataclasses.replace(settings, size_local_work=False)  # --batch_size given.
+  assert given.loop_for(large) == given.loop

@@ -52,12 +52,13 @@ def test_every_shown_flag_is_one_the_script_parses(script):
 
 def test_a_renamed_or_misspelt_flag_is_reported_with_its_line():
   text = "```\npython -m scripts.train_centralized --synthetic=ml1m \\\n" \
-         "  --eval_every_step=10000 --loss=hinged --epochs=two --noshuffle_across_users\n```"
+         "  --eval_every_step=10000 --loss=hinged --centralized_max_epochs=two " \
+         "--noshuffle_across_users\n```"
   problems = readme_commands.flag_problems(readme_commands.commands_in_markdown(text))
   assert [problem.split(": ")[:2] for problem in problems] == [
       ["README.md:2", "unknown flag --eval_every_step"],
       ["README.md:2", "--loss=hinged"],
-      ["README.md:2", "--epochs=two"],
+      ["README.md:2", "--centralized_max_epochs=two"],
   ]
 
 

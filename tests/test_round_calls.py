@@ -11,8 +11,9 @@ import tensorflow_federated as tff
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.training import client_sampling
 from fed_retrieval.training import round_calls
-from fed_retrieval.training.federated_loop import FederatedConfig
+from fed_retrieval.training.loop_config import LoopConfig
 from tasks import client_data
+from tests.configs import fedavg_and_loop
 from tests.linear_clients import linear_model_fn
 
 CAP = round_calls.MAX_CALL_BYTES
@@ -52,7 +53,7 @@ def test_client_i_of_a_round_shuffles_with_its_seed_sequence(shards):
   without shards: a run's data order, kept from before the seeding was
   vectorized (`tasks.seed_sequences`)."""
   clients = linear_clients()
-  config = FederatedConfig(batch_size=2, local_epochs=2, seed=3)
+  config = LoopConfig(batch_size=2, local_epochs=2, seed=3)
   ids = ["3", "1", "5", "2"]
   datasets = round_calls.round_datasets(clients, ids, config, 7, shards)
   if shards:
@@ -85,11 +86,11 @@ def counting_invocations(monkeypatch) -> list:
 def test_a_call_of_five_rounds_trains_as_five_calls_of_one(tff_context, monkeypatch,
                                                            shards):
   clients = linear_clients()
-  config = FederatedConfig(algorithm="fedavg", clients_per_round=3, batch_size=2,
-                           client_learning_rate=0.1, server_optimizer="sgd",
-                           server_learning_rate=0.5, client_shards=shards, seed=3,
-                           rounds=300)
-  process = fedavg.build_learning_process(linear_model_fn, config)
+  fedavg_config, config = fedavg_and_loop(
+      clients_per_round=3, batch_size=2, client_learning_rate=0.1,
+      server_optimizer="sgd", server_learning_rate=0.5, client_shards=shards, seed=3,
+      rounds=300)
+  process = fedavg.build_learning_process(linear_model_fn, fedavg_config, config)
   initial = process.initialize()
   sampler = client_sampling.sampler_for(clients, config)
   state, one_a_call = initial, []
@@ -121,7 +122,7 @@ def test_a_process_with_a_python_server_trains_a_round_a_call():
     def next(self, state, data):
       return types.SimpleNamespace(state=state + 1, metrics={"clients": len(data)})
 
-  config = FederatedConfig(clients_per_round=2, batch_size=2, client_shards=0)
+  config = LoopConfig(clients_per_round=2, batch_size=2, client_shards=0)
   calls = round_calls.RoundCalls(PythonServer(), linear_clients(), config)
   assert calls.next(0, 1, 100) == (1, [{"clients": 2}])
 
@@ -133,13 +134,13 @@ def test_a_process_with_a_python_server_trains_a_round_a_call():
 def test_a_round_of_another_client_count_starts_the_next_call(tff_context, shards,
                                                               call_lengths):
   clients = linear_clients()
-  config = FederatedConfig(algorithm="fedavg", clients_per_round=3, batch_size=2,
-                           client_sampling="poisson", client_shards=shards, seed=2,
-                           server_optimizer="sgd", rounds=10)
+  fedavg_config, config = fedavg_and_loop(
+      clients_per_round=3, batch_size=2, client_sampling="poisson",
+      client_shards=shards, seed=2, server_optimizer="sgd", rounds=10)
   sampler = client_sampling.sampler_for(clients, config)
   assert [len(sampler.sample(3, 2, r)) for r in range(1, 11)] == [
       3, 1, 3, 1, 1, 4, 4, 4, 4, 3]
-  process = fedavg.build_learning_process(linear_model_fn, config)
+  process = fedavg.build_learning_process(linear_model_fn, fedavg_config, config)
   calls = round_calls.RoundCalls(process, clients, config, shards)
   state, first, lengths = process.initialize(), 1, []
   while first <= config.rounds:

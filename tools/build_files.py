@@ -24,12 +24,13 @@ DESCRIPTIONS = {
     "fed_retrieval/runtime": "The TFF worker that cannot be orphaned.",
     "fed_retrieval/training": "The run loops every algorithm shares: checkpoints, metrics, stopping.",
     "losses": "Pluggable losses and regularizers.",
-    "tasks": "Datasets -> non-IID client data: what every task family shares.",
-    "tasks/movielens": "MovieLens ratings -> next-item examples split by user.",
-    "tasks/xc": "Extreme-classification data -> label-partitioned clients.",
-    "tasks/pu": "Labeled image sets -> clients with positive and unlabeled data (FedPU).",
+    "tasks": "The task-family protocol and registry, and what every family shares.",
+    "tasks/movielens": "MovieLens ratings -> next-item examples split by user; the family.",
+    "tasks/xc": "Extreme-classification data -> label-partitioned clients; the family.",
+    "tasks/pu": "Labeled image sets -> positive-and-unlabeled clients (FedPU); the family.",
     "scripts": "absl-flag entry points: run as `python -m scripts.<name>` from the repo root.",
     "tests": "One py_test per test file; run them all with `make test` (pytest).",
+    "tests/toy_family": "A toy task family: what a new family is (tests/test_task_family.py).",
     "tools": "Developer tools.",
 }
 _SCRIPT_RUN = re.compile(r"[\"']scripts\.(\w+)[\"']")

@@ -6,7 +6,8 @@ client updates: TFF's client work zeroes such an update and gives it weight 0,
 so it is not averaged in (see tests/test_fedavg.py).
 """
 
-from typing import Callable, Sequence, Tuple
+import dataclasses
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -65,18 +66,49 @@ def retrieval_model_fn(model_config: dual_encoder.DualEncoderConfig,
   return model_fn
 
 
-def build_learning_process(model_fn: ModelFn, config
+@dataclasses.dataclass(frozen=True)
+class FedAvgConfig:
+  """FedAvg's or FedSGD's optimization (names follow the flags); each task
+  family has its defaults. `server_epsilon` None: TFF's; `dp`: client-level
+  DP (the updates clipped, summed, noised)."""
+  algorithm: str = "fedavg"
+  client_optimizer: str = "sgd"
+  client_learning_rate: float = 0.1
+  server_optimizer: str = "adam"
+  server_learning_rate: float = 0.05
+  server_learning_rate_half_life: float = 0.0  # Rounds; 0: a constant rate.
+  server_epsilon: Optional[float] = None
+  # Each client batch's step compiled with XLA (shards of clients only).
+  client_jit_compile: bool = False
+  dp: Optional[differential_privacy.DPConfig] = None
+
+  def __post_init__(self):
+    if self.algorithm not in ALGORITHMS:
+      raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, "
+                       f"got '{self.algorithm}'")
+    if self.server_learning_rate_half_life < 0:
+      raise ValueError("--server_learning_rate_half_life must be >= 0 (0: a constant "
+                       f"rate), got {self.server_learning_rate_half_life}")
+
+  def check_loop(self, loop) -> None:
+    """Refuses a loop this optimization cannot run on."""
+    differential_privacy.check_compatible(loop, self.dp)
+    if self.client_jit_compile and not shards_of(loop, self.dp):
+      raise ValueError("--client_jit_compile: only shards of clients compile their step "
+                       "(TFF's own client work does not); use --client_shards > 0"
+                       + (" (a DP run trains one TFF client per client)"
+                          if self.dp is not None else ""))
+
+
+def build_learning_process(model_fn: ModelFn, config: FedAvgConfig, loop
                            ) -> tff.learning.templates.LearningProcess:
   """FedAvg (weighted by examples) or FedSGD with the optimizers of `config`
-  (`algorithm`, `client_optimizer`, `client_learning_rate`, `server_optimizer`,
-  `server_learning_rate`, `server_learning_rate_half_life`, `server_epsilon`,
-  `client_shards`, `client_jit_compile`, `dp`: a
-  `federated_loop.FederatedConfig`, its client learning rate resolved). With
-  `client_shards`, `next` takes shards of clients
+  on `loop`'s rounds (`clients_per_round`, `client_shards`, `batch_size`).
+  With shards (`shards_of`), `next` takes shards of clients
   (`client_shards.build_sharded_process`); DP runs take one dataset per
   client. With `dp`, the clients' updates are averaged unweighted,
   clipped and noised (`differential_privacy`)."""
-  config = config.resolved()
+  config.check_loop(loop)
   server_optimizer = optimizers.tff_optimizer(
       config.server_optimizer, config.server_learning_rate, "server_optimizer",
       epsilon=config.server_epsilon)
@@ -85,13 +117,13 @@ def build_learning_process(model_fn: ModelFn, config
         server_optimizer, config.server_learning_rate,
         config.server_learning_rate_half_life, "server_learning_rate_half_life")
   dp_aggregator = (None if config.dp is None else differential_privacy.aggregator(
-      config.dp, config.clients_per_round))
+      config.dp, loop.clients_per_round))
   client_optimizer = (None if config.algorithm == "fedsgd" else optimizers.tff_optimizer(
       config.client_optimizer, config.client_learning_rate, "client_optimizer"))
-  if shards_of(config):
+  if shards_of(loop, config.dp):
     return client_shards.build_sharded_process(model_fn, server_optimizer,
                                                client_optimizer, config.client_jit_compile,
-                                               config.batch_size)
+                                               loop.batch_size)
   if config.algorithm == "fedsgd":
     return tff.learning.algorithms.build_fed_sgd(
         model_fn, server_optimizer_fn=server_optimizer,
@@ -108,10 +140,10 @@ def build_learning_process(model_fn: ModelFn, config
       server_optimizer_fn=server_optimizer, loop_implementation=CLIENT_LOOP)
 
 
-def shards_of(config) -> int:
-  """The shards a round's clients are trained in (0: a TFF client each):
-  `client_shards` without DP (clipping is per client)."""
-  return 0 if config.dp is not None else config.client_shards
+def shards_of(loop, dp=None) -> int:
+  """The shards a round's clients are trained in (0: a TFF client each): the
+  loop's `client_shards` without DP (clipping is per client)."""
+  return 0 if dp is not None else loop.client_shards
 
 
 def bytes_per_client(weight_shapes: Sequence[Sequence[int]]) -> Tuple[int, int]:

@@ -70,7 +70,7 @@ def evaluate(score_fn: ScoreFn, examples: Examples, ks: Sequence[int] = (1, 5, 1
 def example_global_ranks(score_fn: ScoreFn, examples: Examples,
                          chunk_size: int = 1024) -> np.ndarray:
   """The global rank of every example's item [N], in the examples' order (so
-  they line up with `examples.user_ids`, e.g. for `user_bootstrap`)."""
+  they line up with `examples.user_ids`)."""
   if not len(examples):
     raise ValueError("Cannot evaluate on an empty split")
   return _ranks(score_fn, examples, chunk_size, 1)[0]

@@ -82,3 +82,26 @@ def with_standard_error(evaluation: Dict[str, Any], monitored: str) -> Dict[str,
   if units is not None:
     metrics[f"{monitored}_se"] = units.standard_error()
   return metrics
+
+
+RESAMPLES = 2000
+
+
+def relative_drop(reference: Units, other: Units, resamples: int = RESAMPLES,
+                  seed: int = 0) -> Tuple[float, float]:
+  """(drop, standard error) of `other`'s value relative to `reference`'s:
+  (reference - other) / reference, its standard error from a bootstrap over
+  the units both were scored on, paired (every draw scores both on the same
+  units: far smaller than either value's error when the two err on the same
+  units). Draws where the reference is 0 are left out."""
+  paired_gain(other, reference)  # Refuses other units.
+  drop = (reference.value - other.value) / reference.value
+  draws = np.random.default_rng(seed).multinomial(
+      len(reference.weights), np.full(len(reference.weights), 1 / len(reference.weights)),
+      size=resamples)
+  totals = draws @ np.asarray(reference.weights, np.float64)
+  references = draws @ np.asarray(reference.numerators, np.float64) / totals
+  others = draws @ np.asarray(other.numerators, np.float64) / totals
+  kept = references > 0
+  drops = (references[kept] - others[kept]) / references[kept]
+  return float(drop), float(np.std(drops, ddof=1))

@@ -14,7 +14,7 @@ per second of training after a warm-up (tracing, the worker's start):
   centralized runs train (a chunk of batches a Keras step, `chunked_steps`,
   whose plain SGD steps in place), the best of several `steps_per_execution`
   (batches a chunk), with XLA where the family's centralized runs under SGD
-  use it (`centralized_loop.xla_by_default`);
+  use it (`FederatedJob.central`);
 - tight loop: SGD steps of the same model and loss over batches already in
   memory, updating the weights in place (`optimizers.sgd_in_place`), one
   `tf.function` per chunk of steps, with and without XLA, the faster
@@ -44,26 +44,13 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.algorithms import sub_model
-from fed_retrieval.models import dual_encoder
-from fed_retrieval.models import image_classifier
-from fed_retrieval.models import xc_encoder
 from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
-from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import chunked_steps
-from fed_retrieval.training import federated_loop
-from fed_retrieval.training import pu_training
 from fed_retrieval.training import round_calls
-from fed_retrieval.training import xc_training
-from fed_retrieval.training.federated_loop import FederatedConfig
-from losses import registry
 from tasks import client_data
-from tasks.movielens.movielens_task import MovieLensTask
-from tasks.pu.pu_task import PUTask
-from tasks.xc.xc_task import XCTask
 
 # The centralized and tight-loop SGD rate (the figures do not depend on it).
 LEARNING_RATE = 0.01
@@ -364,53 +351,17 @@ def markdown_table(rows: Sequence[Dict[str, Any]]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def movielens_workload(task: MovieLensTask, loss: str, algorithm: str,
-                       config: FederatedConfig) -> Workload:
-  """The dual encoder with `loss` under FedAvg or FedSGD (`config`'s other
-  settings), and centrally the model the loss trains (`training_model`)."""
-  config = dataclasses.replace(config, objective=registry.ObjectiveConfig(loss),
-                               algorithm=algorithm).resolved()
-  objective = config.objective.build()
-  model_config = federated_loop.model_config_for(task, config, 16)
-  return Workload(
-      name=f"movielens {loss} {algorithm}",
-      build_process=lambda: fedavg.build_learning_process(
-          fedavg.retrieval_model_fn(model_config, config.objective), config),
-      clients=client_data.ClientDatasets.from_examples(
-          task.federated_train, objective.candidates == "batch"),
-      loop=config,
-      build_model=lambda: dual_encoder.training_model(
-          dual_encoder.build_dual_encoder(model_config, seed=0), objective.candidates),
-      loss=objective.loss,
-      client_shards=fedavg.shards_of(config),
-      centralized_jit_compile=centralized_loop.xla_by_default(objective, "sgd"))
-
-
-def xc_workload(task: XCTask, config: xc_training.XCFederatedConfig) -> Workload:
-  """FedAwS, FedSS or a baseline (`config.algorithm`), and centrally the full
-  classifier with softmax over every class."""
-  model_config = xc_training.model_config_for(task, config)
-  return Workload(
-      name=f"xc {config.algorithm}",
-      build_process=lambda: xc_training.build_process(task, model_config, config),
-      clients=task.clients, loop=config,
-      build_model=lambda: xc_encoder.build_xc_classifier(model_config, config.seed),
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      client_shards=fedavg.shards_of(config))
-
-
-def pu_workload(task: PUTask, config: pu_training.PUFederatedConfig) -> Workload:
-  """A PU method's FedAvg of the CNN, and centrally the CNN on the same risk."""
-  config = config.sized_to(task)
-  model_config = pu_training.model_config_for(task, config)
-  return Workload(
-      name=f"pu {config.method} cnn",
-      build_process=lambda: fedavg.build_learning_process(
-          pu_training.pu_model_fn(model_config, config), config.federated),
-      clients=task.client_datasets(config.method), loop=config.federated,
-      build_model=lambda: image_classifier.build_image_classifier(model_config),
-      loss=config.loss(),
-      client_shards=fedavg.shards_of(config.federated))
+def workload(run: Any) -> Workload:
+  """A family's federated run (`tasks.family.FederatedRun`) as the benchmark
+  measures it: its job's process and clients, and centrally the model and
+  loss its job names (`FederatedJob.central`)."""
+  job = run.job()
+  if job.central is None:
+    raise ValueError(f"{job.name}: its job names no central model to compare with")
+  return Workload(name=job.name, build_process=job.build_process, clients=job.clients,
+                  loop=run.loop, build_model=job.central.build_model,
+                  loss=job.central.loss, client_shards=job.client_shards,
+                  centralized_jit_compile=job.central.jit_compile)
 
 
 def report(rows: List[Dict[str, Any]]) -> Dict[str, Any]:

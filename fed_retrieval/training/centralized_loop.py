@@ -1,8 +1,8 @@
 """Centralized training with Keras `fit`, resumable: one loop for every task.
 
 `run_centralized` trains a `CentralizedJob` (a model, its loss, its training
-batches, how to evaluate and export it); `train_centralized` is the MovieLens
-dual encoder's job, and `xc_training.train_xc_centralized` the XC classifier's.
+batches, how to evaluate and export it) as a `CentralizedConfig` says; the
+task families build the jobs.
 
 The output directory holds `run_config.json`, `metrics.csv` and `tensorboard/`
 (training loss and validation recall at every evaluation), `backup/` (Keras
@@ -15,98 +15,54 @@ import csv
 import dataclasses
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import tensorflow as tf
 
-from fed_retrieval import export
 from fed_retrieval.algorithms import optimizers
-from fed_retrieval.evaluation import retrieval_evaluation
-from fed_retrieval.models import dual_encoder
 from fed_retrieval.training import chunked_steps
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import progress
 from fed_retrieval.training import run_directory
 from fed_retrieval.training import validation_curve
-from losses import registry
 from tasks import client_data
-from tasks.movielens.movielens_task import MovieLensTask
 
 CHECKPOINT = os.path.join("checkpoint", "weights")
 
 
 @dataclasses.dataclass(frozen=True)
 class CentralizedConfig:
-  """How the centralized model is trained.
-
-  The budget is `steps` batches, or else `epochs` passes; the validation users are
-  evaluated every `eval_every_steps` (default: once per pass). With `patience`
-  > 0 training stops once that many evaluations have not improved validation
-  recall@max(k), and the best evaluated model is reported (split 'user'
-  only: the example split has no validation users); with 0 the whole budget
-  is trained and the final model reported.
-  """
-  objective: registry.ObjectiveConfig = registry.ObjectiveConfig()
+  """How a centralized run is trained: the optimizer, and the budget of
+  `steps` batches or else `epochs` passes, evaluated every `eval_every_steps`
+  (default: once a pass). With `patience` > 0 a run stops that many
+  evaluations after its best (`early_stopping`), not before `min_passes`, and
+  reports the best model; with 0 it trains the whole budget and reports the
+  final model."""
+  optimizer: str = "adam"
+  learning_rate: float = 0.01
   batch_size: int = 16
   epochs: Optional[int] = 1
   steps: Optional[int] = None
   eval_every_steps: Optional[int] = None
-  min_passes: float = 0.0
+  min_passes: Optional[float] = 0.0  # None: 0, unless a family sets it.
   patience: int = 0
   min_improvement_se: float = 1.0
-  optimizer: str = "adam"
-  learning_rate: float = 0.01
-  seed: int = 0
-  split: str = "example"
-  ks: Tuple[int, ...] = (1, 5, 10)
+  smoothing: int = 1
   steps_per_execution: int = 100
-  # XLA for the training step (--jit_compile); None: `xla_by_default`.
+  seed: int = 0
+  # Each batch's step compiled with XLA; None: the family's choice.
   jit_compile: Optional[bool] = None
 
   def __post_init__(self):
-    if self.split not in ("example", "user"):
-      raise ValueError(f"--split_by must be 'example' or 'user', got '{self.split}'")
     for name in ("epochs", "steps", "eval_every_steps"):
       if getattr(self, name) is not None and getattr(self, name) < 1:
         raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-    if self.patience and self.split != "user":
-      raise ValueError("--patience needs validation users: use --split_by=user")
-    self.stopping_rule  # Validates --patience and --min_improvement_se.
+    self.stopping_rule  # Validates --patience, --min_improvement_se, --smoothing.
 
   @property
   def stopping_rule(self) -> early_stopping.StoppingRule:
-    return early_stopping.StoppingRule.from_flags(self.patience, self.min_improvement_se)
-
-
-def xla_by_default(objective: registry.Objective, optimizer: str) -> bool:
-  """Whether MovieLens's centralized batch step compiles with XLA unless told:
-  for the objectives with spreadout, whose step also works on the whole item
-  table (its Gram matrix; H+S's negatives against every item), which XLA
-  fuses; and for global softmax under plain SGD, whose step then writes only
-  the rows it touched (`chunked_steps`: in place), leaving the [B, V] softmax
-  XLA fuses. Measured here with `chunked_steps` (a chunk of batches a Keras
-  step), batch 16, XLA / plain examples per second on ml-latest-small and
-  synthetic ml1m: with Adam, BS + spreadout 1.56 / 1.99, H+S 1.27 / 1.30,
-  batch softmax 1.00 / 1.00, the hinge 0.88 / 0.90 (a [B, B] step too small
-  for XLA to pay for its call), global softmax 0.39 / 0.36 (Adam's dense
-  update of the whole table each step runs faster in TF's own kernels); with
-  SGD, global softmax 1.3-1.4 / 1.3-1.5, batch softmax 0.46 / 0.6, the hinge
-  0.6. (XC keeps plain steps: XLA made Bibtex's centralized references 2-4x
-  slower, its compile outweighing short runs.)"""
-  return objective.spreadout.any or (
-      registry.base_loss_name(objective.name) == "global_softmax" and optimizer == "sgd")
-
-
-def model_config_for(task: MovieLensTask, objective: registry.Objective,
-                     embedding_dim: int = 16, context_hidden_dims=(),
-                     item_hidden_dims=()) -> dual_encoder.DualEncoderConfig:
-  return dual_encoder.DualEncoderConfig(
-      vocabulary_size=task.vocabulary_size,
-      max_context_length=task.config.max_context_length,
-      embedding_dim=embedding_dim,
-      context_hidden_dims=tuple(context_hidden_dims),
-      item_hidden_dims=tuple(item_hidden_dims),
-      spreadout=objective.spreadout)
+    return early_stopping.StoppingRule.from_flags(self.patience, self.min_improvement_se,
+                                                  self.smoothing)
 
 
 def training_schedule(num_examples: int, batch_size: int, epochs: Optional[int],
@@ -219,7 +175,8 @@ class CentralizedJob:
   # What `fit` trains, from the built model: the model itself, or a model on
   # the same weights that gives the loss only the scores it reads.
   training_model: Callable[[tf.keras.Model], tf.keras.Model] = lambda model: model
-  # Each batch's training step compiled with XLA (the same step, fused).
+  # Each batch's training step compiled with XLA (the same step, fused),
+  # unless the config says otherwise.
   jit_compile: bool = False
 
 
@@ -240,8 +197,9 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
   steps_per_pass = job.num_examples / config.batch_size
   tf.keras.utils.set_random_seed(config.seed)
   model = job.build_model()
-  trained = chunked_steps.ChunkedSteps.on(job.training_model(model),  # The same variables.
-                                         batch_jit_compile=job.jit_compile)
+  trained = chunked_steps.ChunkedSteps.on(  # The same variables.
+      job.training_model(model), batch_jit_compile=(
+          job.jit_compile if config.jit_compile is None else config.jit_compile))
   # No metrics in `fit`: a metric over the whole vocabulary (or class table) on
   # every training batch would cost more than the training step; the callback
   # evaluates whole splits instead.
@@ -252,7 +210,7 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
   validation = ValidationAndStopping(
       lambda _: job.evaluate(model, "validation"), config.stopping_rule,
       job.curve_split, job.monitored, steps_per_epoch, config.batch_size,
-      math.ceil(config.min_passes * steps_per_pass), metrics_path, job.name, epochs,
+      math.ceil((config.min_passes or 0) * steps_per_pass), metrics_path, job.name, epochs,
       output_dir)
   callbacks = [
       # Kept after training, so a larger --epochs extends a finished run.
@@ -288,46 +246,3 @@ def run_centralized(job: CentralizedJob, config, output_dir: str) -> Dict[str, A
   validation.lines.say(run_directory.finished_line(output_dir, trained_steps, best_step,
                                                    "step"))
   return results
-
-
-def train_centralized(task: MovieLensTask, config: CentralizedConfig,
-                      output_dir: str, embedding_dim: int = 16) -> Dict[str, Any]:
-  """The dual encoder on a MovieLens task, trained with `run_centralized`."""
-  objective = config.objective.build()
-  model_config = model_config_for(task, objective, embedding_dim)
-  positives_as_input = objective.candidates == "batch"
-  if config.split == "example":
-    # No validation users: the curve is drawn on the test split, and with
-    # patience 0 (enforced by the config) it never picks the model.
-    task.require_splits("centralized_train", "centralized_test")
-    train, curve, test = (task.centralized_train, task.centralized_test,
-                          task.centralized_test)
-  else:
-    task.require_splits("federated_train", "federated_val", "federated_test")
-    train, curve, test = task.federated_train, task.federated_val, task.federated_test
-  splits = {"validation": curve, "test": test}
-  job = CentralizedJob(
-      name=f"centralized {config.objective.loss}",
-      run_config={"setting": "centralized", "task": task.describe(),
-                  "model": dataclasses.asdict(model_config),
-                  "training": dataclasses.asdict(config)},
-      build_model=lambda: dual_encoder.build_dual_encoder(model_config,
-                                                          seed=config.seed),
-      loss=objective.loss,
-      training_model=lambda model: dual_encoder.training_model(model,
-                                                               objective.candidates),
-      train_arrays=lambda: client_data.centralized_arrays(train, positives_as_input),
-      num_examples=len(train),
-      evaluate=lambda model, split: retrieval_evaluation.evaluate(
-          model, splits[split], config.ks, config.batch_size),
-      monitored=f"global_recall@{max(config.ks)}",
-      export=lambda model, directory: export.export_model(
-          model, model_config, task.items, directory),
-      results={"setting": "centralized", "loss": config.objective.loss},
-      curve_split="val" if config.split == "user" else "test",
-      write_files=task.items.save,
-      baselines=lambda: retrieval_evaluation.most_popular_baseline(
-          train, test, task.vocabulary_size, config.ks, config.batch_size),
-      jit_compile=(xla_by_default(objective, config.optimizer) if config.jit_compile is None
-                   else config.jit_compile))
-  return run_centralized(job, config, output_dir)

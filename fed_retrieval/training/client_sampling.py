@@ -115,11 +115,13 @@ class ClientSampler:
     return [self.client_ids[i] for i in picks]
 
 
-def sampler_for(clients: client_data.ClientDatasets, config) -> ClientSampler:
-  """The sampler a run config asks for (`client_sampling`, with its
-  `batch_size`, `local_epochs` and `max_local_steps`)."""
+def sampler_for(clients: client_data.ClientDatasets, config,
+                poisson: bool = False) -> ClientSampler:
+  """The sampler a loop config asks for (`client_sampling`, with its
+  `batch_size`, `local_epochs` and `max_local_steps`), or Poisson's (a DP
+  run's)."""
   check_client_sampling(config.client_sampling)
-  if getattr(config, "dp", None) is not None or config.client_sampling == "poisson":
+  if poisson or config.client_sampling == "poisson":
     return ClientSampler(clients.client_ids, poisson=True)
   if config.client_sampling in (None, "uniform"):
     return ClientSampler(clients.client_ids)

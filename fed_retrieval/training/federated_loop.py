@@ -34,179 +34,27 @@ import asyncio
 import contextlib
 import csv
 import dataclasses
-import math
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from fed_retrieval import export
 from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.evaluation import recall_metrics
-from fed_retrieval.evaluation import retrieval_evaluation
-from fed_retrieval.models import dual_encoder
 from fed_retrieval.runtime import tff_runtime
-from fed_retrieval.runtime import worker_threads
-from fed_retrieval.training import centralized_loop
 from fed_retrieval.training import checkpoints
-from fed_retrieval.training import client_sampling
-from fed_retrieval.training import early_stopping
 from fed_retrieval.training import progress
 from fed_retrieval.training import round_calls
 from fed_retrieval.training import run_directory
 from fed_retrieval.training import validation_curve
-from losses import registry
+from fed_retrieval.training.loop_config import LoopConfig
 from tasks import client_data
-from tasks.movielens.movielens_task import MovieLensTask
 
-
-
-# Client SGD learning rates by loss family (README, "Real MovieLens"): the
-# softmax losses' gradients are 1/T = 20 times the hinge's (cosine scale).
-# H+S with its negative term: 4.0 beats 1, 2 and 8 on ml-latest-small and 1
-# on ml1m.
-SOFTMAX_CLIENT_LEARNING_RATE = 0.1
-HINGE_CLIENT_LEARNING_RATE = 4.0
-# Server Adam's epsilon (TFF's default 1e-7): with it, an item row whose
-# averaged update is tiny and noisy (a rare item, moved only through global
-# softmax's denominator) still takes a full-rate step. On ml-latest-small,
-# seeds 0-2, federated global softmax's test recall@10 rose from 5.11% to
-# 5.30% on average, H+S's stayed level (README, "Real MovieLens").
-SERVER_EPSILON = 1e-4
-
-
-def default_client_learning_rate(loss: str) -> float:
-  """The client learning rate of `loss` when none is given."""
-  return (HINGE_CLIENT_LEARNING_RATE if registry.base_loss_name(loss) == "hinge"
-          else SOFTMAX_CLIENT_LEARNING_RATE)
-
-
-@dataclasses.dataclass(frozen=True)
-class FederatedConfig:
-  """How the federated model is trained (names follow the script flags).
-
-  The defaults are FedAdam: client SGD (`client_learning_rate` None: the loss
-  family's, `default_client_learning_rate`) and server Adam at 0.05 with
-  epsilon `SERVER_EPSILON`, each
-  client capped at 20 batches a round. Plain FedAvg (server SGD at 1.0) learns
-  the hinge loss far more slowly, because its cosine-scale gradients are
-  ~1/T = 20 times smaller than the softmax losses', and Adam on the server
-  normalizes that away. The cap, client SGD 0.1 for the softmax losses and the
-  server rate were chosen on ml-latest-small, where heavy users' local epochs
-  drifted the average, and checked on `ml1m` (README). The budget is in
-  passes (expected visits per client): at least `min_passes`, at most
-  `max_passes` (or `rounds` rounds when given); in between, a run stops once
-  10 evaluations (50 rounds) have not improved validation recall beyond its
-  standard error.
-  """
-  objective: registry.ObjectiveConfig = registry.ObjectiveConfig()
-  algorithm: str = "fedavg"
-  rounds: Optional[int] = None  # The cap in rounds; None: `max_passes`.
-  max_passes: float = 60.0
-  min_passes: float = 1.0
-  clients_per_round: int = 100
-  local_epochs: int = 1
-  max_local_steps: Optional[int] = 20
-  client_sampling: Optional[str] = None  # None: uniform (runs made before it).
-  client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS
-  batch_size: int = 16
-  client_optimizer: str = "sgd"
-  client_learning_rate: Optional[float] = None
-  # Each client batch's step compiled with XLA (shards only). Off: with the
-  # full batches on static shapes, XLA no longer paid for global softmax
-  # either (README, Throughput).
-  client_jit_compile: bool = False
-  server_optimizer: str = "adam"
-  server_learning_rate: float = 0.05
-  server_learning_rate_half_life: float = 0.0  # Rounds; 0: a constant rate.
-  server_epsilon: Optional[float] = SERVER_EPSILON
-  dp: Optional[differential_privacy.DPConfig] = None  # Client-level DP.
-  eval_every: int = 5
-  checkpoint_every: int = 5
-  # 10 evaluations (50 rounds): federated H+S on ml-latest-small keeps
-  # rising for 100+ rounds in steps that the noise of 61 validation users
-  # hides for up to 45 rounds; 4 stopped two of three seeds at round 85, 0.4-0.7
-  # points of test recall@10 below 200 rounds (README, "Real MovieLens").
-  patience: int = 10
-  min_improvement_se: float = 1.0
-  smoothing: int = 1
-  seed: int = 0
-  ks: Tuple[int, ...] = (1, 5, 10)
-
-  def __post_init__(self):
-    if self.algorithm not in fedavg.ALGORITHMS:
-      raise ValueError(f"--algorithm must be one of {', '.join(fedavg.ALGORITHMS)}, "
-                       f"got '{self.algorithm}'")
-    check_loop_settings(self)
-    differential_privacy.check_compatible(self, self.dp)
-
-  def resolved(self) -> "FederatedConfig":
-    """This config with its client learning rate set (the loss's default
-    where unset): what a run records and trains with."""
-    return dataclasses.replace(
-        self,
-        client_learning_rate=(default_client_learning_rate(self.objective.loss)
-                              if self.client_learning_rate is None
-                              else self.client_learning_rate))
-
-
-def check_loop_settings(config) -> None:
-  """Validates the settings `run_federated` reads from any run config."""
-  for name in ("rounds", "clients_per_round", "local_epochs", "batch_size",
-               "eval_every", "checkpoint_every"):
-    if getattr(config, name) is not None and getattr(config, name) < 1:
-      raise ValueError(f"--{name} must be >= 1, got {getattr(config, name)}")
-  check_passes(config)
-  if config.client_shards < 0:
-    raise ValueError(f"--client_shards must be >= 0, got {config.client_shards}")
-  if getattr(config, "client_jit_compile", None) and not fedavg.shards_of(config):
-    raise ValueError("--client_jit_compile: only shards of clients compile their step "
-                     "(TFF's own client work does not); use --client_shards > 0"
-                     + (" (a DP run trains one TFF client per client)"
-                        if config.dp is not None else ""))
-  if getattr(config, "server_learning_rate_half_life", 0) < 0:
-    raise ValueError("--server_learning_rate_half_life must be >= 0 (0: a constant "
-                     f"rate), got {config.server_learning_rate_half_life}")
-  if config.max_local_steps is not None and config.max_local_steps < 1:
-    raise ValueError(f"--max_local_steps must be >= 1, got {config.max_local_steps}")
-  client_sampling.check_client_sampling(config.client_sampling)
-  stopping_rule(config)
-
-
-def check_passes(config) -> None:
-  """Validates a config's budget in passes (`min_passes` <= `max_passes`)."""
-  if not config.max_passes > 0:
-    raise ValueError(f"--max_passes must be > 0, got {config.max_passes}")
-  if not 0 <= config.min_passes <= config.max_passes:
-    raise ValueError(f"--min_passes must be in [0, --max_passes={config.max_passes}], "
-                     f"got {config.min_passes}")
-
-
-def stopping_rule(config) -> early_stopping.StoppingRule:
-  """The stopping rule of a run config (patience, min_improvement_se, smoothing)."""
-  return early_stopping.StoppingRule.from_flags(config.patience,
-                                                config.min_improvement_se,
-                                                config.smoothing)
-
-
-def round_budget(config, num_clients: int) -> Tuple[int, int]:
-  """(cap, minimum) in rounds for `num_clients` clients: `rounds` when given,
-  else `max_passes` expected visits per client (a round visits
-  `clients_per_round` of them); the stopping rule may end a run only after
-  `min_passes` visits."""
-  rounds_per_pass = num_clients / min(config.clients_per_round, num_clients)
-  cap = (config.rounds if config.rounds is not None
-         else max(1, math.ceil(config.max_passes * rounds_per_pass)))
-  return cap, min(cap, math.ceil(config.min_passes * rounds_per_pass))
-
-
-def passes(rounds: int, clients_per_round: int, num_clients: int) -> float:
-  """Expected visits per client after `rounds` rounds: the federated passes."""
-  return rounds * min(clients_per_round, num_clients) / num_clients
+CHECKPOINT = os.path.join("checkpoint", "weights")
 
 
 def _examples_through(metrics_path: str, round_num: int) -> int:
@@ -220,13 +68,13 @@ def _examples_through(metrics_path: str, round_num: int) -> int:
   raise ValueError(f"{metrics_path}: no row for checkpointed round {round_num}")
 
 
-def _privacy_of(config, num_clients: int) -> Callable[[int], Dict[str, float]]:
+def _privacy_of(dp: Optional[differential_privacy.DPConfig], clients_per_round: int,
+                num_clients: int) -> Callable[[int], Dict[str, float]]:
   """round -> {epsilon, target_delta} after that many rounds of a DP run
   ({} without DP)."""
-  dp = getattr(config, "dp", None)  # XC run configs have none.
   if dp is None:
     return lambda round_num: {}
-  probability = min(1.0, config.clients_per_round / num_clients)
+  probability = min(1.0, clients_per_round / num_clients)
   return lambda round_num: {
       "epsilon": differential_privacy.epsilon(dp, probability, round_num),
       "target_delta": dp.target_delta}
@@ -238,18 +86,13 @@ def _training_metrics(output_metrics) -> Dict[str, float]:
           for name, value in train.items()}
 
 
-def setting_name(task: MovieLensTask, config: FederatedConfig) -> str:
-  """'federated', or the control it is: 'federated_shuffled' (IID data),
-  'federated_sgd' (FedSGD)."""
-  return "_".join(["federated"] +
-                  (["shuffled"] if task.config.shuffle_across_users else []) +
-                  (["sgd"] if config.algorithm == "fedsgd" else []))
-
-
-def model_config_for(task: MovieLensTask, config: FederatedConfig,
-                     embedding_dim: int) -> dual_encoder.DualEncoderConfig:
-  return centralized_loop.model_config_for(task, config.objective.build(),
-                                               embedding_dim)
+class CentralModel(NamedTuple):
+  """What trains centrally on the pooled examples of a job's clients (the
+  throughput benchmark's contrast): a fresh Keras model, its loss, and
+  whether its step compiles with XLA as the family's centralized runs do."""
+  build_model: Callable[[], tf.keras.Model]
+  loss: Any
+  jit_compile: bool = False
 
 
 @dataclasses.dataclass
@@ -282,16 +125,15 @@ class FederatedJob:
   splits_across_workers: bool = True
   # The shard datasets `next` takes (`fedavg.shards_of`); 0: one per client.
   client_shards: int = 0
+  # Client-level DP: clients sampled by Poisson, epsilon in the metrics.
+  dp: Optional[differential_privacy.DPConfig] = None
+  central: Optional[CentralModel] = None
 
 
-def run_federated(job: FederatedJob, config, output_dir: str) -> Dict[str, Any]:
-  """Trains (or resumes, or returns the finished run's results) and exports.
-
-  `config` gives the loop's settings: rounds or max_passes, min_passes,
-  clients_per_round, client_sampling, local_epochs, max_local_steps,
-  batch_size, eval_every, checkpoint_every, patience, min_improvement_se,
-  smoothing and seed.
-  """
+def run_federated(job: FederatedJob, config: LoopConfig, output_dir: str
+                  ) -> Dict[str, Any]:
+  """Trains (or resumes, or returns the finished run's results) and exports,
+  as the loop `config` says."""
   if tff_runtime.using_remote_workers() and not job.splits_across_workers:
     raise ValueError(f"--workers: {job.name} runs on one worker (drop --workers): its "
                      "server answers each client with rows of its own, which TFF "
@@ -322,9 +164,10 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
   """Starts a worker if none runs, resumes from the latest checkpoint, trains,
   reports; `restarts` and `death` say how often and why it had to start over."""
   tff_runtime.ensure_execution_context()
-  privacy = _privacy_of(config, len(job.clients.client_ids))
+  privacy = _privacy_of(job.dp, config.clients_per_round, len(job.clients.client_ids))
   process = job.build_process()
-  calls = round_calls.RoundCalls(process, job.clients, config, job.client_shards)
+  calls = round_calls.RoundCalls(process, job.clients, config, job.client_shards,
+                                 poisson=job.dp is not None)
   state_manager = checkpoints.AtomicFileProgramStateManager(
       os.path.join(output_dir, "checkpoints"), keep_total=3)
   initial_state = process.initialize()
@@ -343,11 +186,11 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
   server_model = job.build_server_model()
 
   num_clients = len(job.clients.client_ids)
-  cap, minimum = round_budget(config, num_clients)
+  cap, minimum = config.round_budget(num_clients)
   metrics_path = os.path.join(output_dir, "metrics.csv")
   examples_seen = _examples_through(metrics_path, done_rounds)
   curve = validation_curve.ValidationCurve(
-      stopping_rule(config), output_dir,
+      config.stopping_rule(), output_dir,
       validation_curve.read_curve(metrics_path, "val", job.monitored,
                                   lambda row: int(row["round"]), done_rounds),
       min_step=minimum)
@@ -382,14 +225,14 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
   else:  # A fixed budget: the model after it.
     best_round = trained_rounds
     fedavg.assign_weights(process, state, server_model)
-  server_model.save_weights(os.path.join(output_dir, centralized_loop.CHECKPOINT))
+  server_model.save_weights(os.path.join(output_dir, CHECKPOINT))
   job.export(server_model, os.path.join(output_dir, "export"))
   results = {
       **job.results,
       "rounds": trained_rounds,
       "best_round": best_round,
-      "passes": passes(trained_rounds, config.clients_per_round, num_clients),
-      "best_passes": passes(best_round, config.clients_per_round, num_clients),
+      "passes": config.passes(trained_rounds, num_clients),
+      "best_passes": config.passes(best_round, num_clients),
       "clients_per_round": config.clients_per_round,
       "examples_seen": examples_seen,
       "worker_restarts": restarts,
@@ -402,53 +245,3 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
   run_directory.write_json(os.path.join(output_dir, run_directory.RESULTS), results)
   lines.say(run_directory.finished_line(output_dir, trained_rounds, best_round, "round"))
   return results
-
-
-def movielens_job_parts(task: MovieLensTask,
-                        model_config: dual_encoder.DualEncoderConfig,
-                        config: FederatedConfig,
-                        positives_as_input: bool = False) -> Dict[str, Any]:
-  """The `FederatedJob` fields every MovieLens algorithm shares: the users as
-  clients (their batches with the positives as a model input too, for a
-  model that scores the batch's positives), the dual encoder, recall on the
-  validation / test users, export, the item ids written beside the run, and
-  the round's shards of clients."""
-  task.require_splits("federated_train", "federated_val", "federated_test")
-  splits = {"validation": task.federated_val, "test": task.federated_test}
-  return dict(
-      clients=client_data.ClientDatasets.from_examples(task.federated_train,
-                                                       positives_as_input),
-      build_server_model=lambda: dual_encoder.build_dual_encoder(model_config),
-      evaluate=lambda model, split: retrieval_evaluation.evaluate(
-          model, splits[split], config.ks, config.batch_size),
-      monitored=f"global_recall@{max(config.ks)}",
-      export=lambda model, directory: export.export_model(
-          model, model_config, task.items, directory),
-      baselines=lambda: retrieval_evaluation.most_popular_baseline(
-          task.federated_train, task.federated_test, task.vocabulary_size, config.ks,
-          config.batch_size),
-      write_files=task.items.save,
-      client_shards=fedavg.shards_of(config))
-
-
-def train_federated(task: MovieLensTask, config: FederatedConfig, output_dir: str,
-                    embedding_dim: int = 16) -> Dict[str, Any]:
-  """FedAvg or FedSGD of the dual encoder on a MovieLens task (`run_federated`)."""
-  config = config.resolved()
-  model_config = model_config_for(task, config, embedding_dim)
-  setting = setting_name(task, config)
-  job = FederatedJob(
-      name=f"{setting} {config.objective.loss}",
-      run_config={"setting": setting, "task": task.describe(),
-                  "model": dataclasses.asdict(model_config),
-                  "training": dataclasses.asdict(config)},
-      build_process=lambda: fedavg.build_learning_process(
-          fedavg.retrieval_model_fn(model_config, config.objective, seed=config.seed),
-          config),
-      **movielens_job_parts(task, model_config, config,
-                            config.objective.build().candidates == "batch"),
-      results={"setting": setting, "loss": config.objective.loss,
-               "algorithm": config.algorithm},
-      round_metrics=dict(zip(("bytes_down_per_client", "bytes_up_per_client"),
-                             fedavg.bytes_per_client(model_config.weight_shapes()))))
-  return run_federated(job, config, output_dir)

@@ -75,15 +75,16 @@ class RoundCalls:
   """Trains a process's rounds on `clients`, sampled and batched as `config`
   says (clients_per_round, client_sampling, seed, batch_size, local_epochs,
   max_local_steps, eval_every, checkpoint_every), `shards` shard datasets a
-  round (0: a dataset per client), as many rounds a TFF call as it may."""
+  round (0: a dataset per client), as many rounds a TFF call as it may;
+  `poisson`: clients sampled by Poisson (DP runs)."""
 
   def __init__(self, process: sub_model.Process, clients: client_data.ClientDatasets,
-               config, shards: int = 0):
+               config, shards: int = 0, poisson: bool = False):
     self._process = process
     self._clients = clients
     self._config = config
     self._shards = shards
-    self._sampler = client_sampling.sampler_for(clients, config)
+    self._sampler = client_sampling.sampler_for(clients, config, poisson)
     self._chains: Dict[int, tff.Computation] = {}
 
   def next(self, state, first: int, last: int) -> Tuple[Any, List[Any]]:

@@ -8,6 +8,7 @@ naming the owner's pid, before it writes anything there. A directory that
 cannot be written is reported in one line.
 """
 
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -75,8 +76,15 @@ def remove_unused_directories() -> None:
   _created.clear()
 
 
+def _plain(value: Any) -> Any:
+  """A dataclass (a config in a run config) as its dict, for JSON."""
+  if dataclasses.is_dataclass(value):
+    return dataclasses.asdict(value)
+  raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:
-  return json.loads(json.dumps(config, sort_keys=True))
+  return json.loads(json.dumps(config, sort_keys=True, default=_plain))
 
 
 def _without_unset(config: Any) -> Any:
@@ -111,12 +119,12 @@ def config_differences(existing: Dict[str, Any], config: Dict[str, Any],
 
 # Budget settings a finished run can be given more of: it trains on from its
 # last checkpoint.
-EXTENSIBLE = ("rounds", "epochs")
+EXTENSIBLE = ("rounds", "max_passes", "epochs", "steps")
 
 
 def _extends(old: Any, new: Any, key: str) -> bool:
-  return (key.rsplit(".", 1)[-1] in EXTENSIBLE and isinstance(old, int) and
-          isinstance(new, int) and new > old)
+  return (key.rsplit(".", 1)[-1] in EXTENSIBLE and isinstance(old, (int, float)) and
+          isinstance(new, (int, float)) and new > old)
 
 
 def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
@@ -179,7 +187,7 @@ def write_json(path: str, value: Dict[str, Any]) -> None:
   temporary = path + ".tmp"
   try:
     with open(temporary, "w") as f:
-      json.dump(value, f, indent=2, sort_keys=True)
+      json.dump(value, f, indent=2, sort_keys=True, default=_plain)
     os.replace(temporary, path)
   except OSError as e:
     raise RunDirectoryError(describe_write_error(path, e)) from e

@@ -12,7 +12,7 @@ from tests.script_runs import ROOT
 RESOLVE = """
 import dataclasses, json, sys
 from absl import flags
-from fed_retrieval.models import model_flags
+from tasks.movielens import flags as model_flags
 flags.FLAGS(["prog", *sys.argv[1:]])
 print(json.dumps({loss: dataclasses.asdict(
     model_flags.objective_config_from_flags(loss).build().spreadout)

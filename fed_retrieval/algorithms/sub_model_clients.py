@@ -1,0 +1,297 @@
+"""The clients' side of a sub-model round, as TFF computations.
+
+`build_client_keys`: each client's key set (the class rows it asks for) and,
+with a selected bag, its bag rows, computed from its own data and the round.
+`ClientRound`: the TFF round itself: the dense tower broadcast, each client
+(or each shard's clients one after another) trains by SGD from the round's
+model with the rows it was answered, and returns its deltas. The tower's
+deltas are averaged in TFF (example-weighted; DP: summed after each client
+clips its own); the rows' come back per client for the server to average
+(`sub_model.row_means`); with the whole table, the table is broadcast and
+averaged as the tower is.
+"""
+
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fed_retrieval.algorithms import optimizers
+from tasks import client_data
+
+
+def tensor_type(shape, dtype=np.float32) -> tff.TensorType:
+  return tff.TensorType(dtype, shape)
+
+
+def sgd_step(spec, state, batch, keys: tf.Tensor, is_real: tf.Tensor):
+  """One SGD step of a client on `batch`: state (tower tuple, rows, loss sum,
+  examples) -> state."""
+  weights, current_rows, loss_sum, count = state
+  weights = list(weights)  # Loops carry a tuple.
+  with tf.GradientTape() as tape:
+    tape.watch(weights + [current_rows])
+    loss = spec.loss(weights, current_rows, keys, is_real, batch)
+  grads = tape.gradient(loss, weights + [current_rows])
+  weights = tuple(optimizers.add_scaled(w, g, -spec.client_learning_rate)
+                  for w, g in zip(weights, grads[:-1]))
+  if spec.trains_rows:
+    current_rows = optimizers.add_scaled(current_rows, grads[-1],
+                                         -spec.client_learning_rate)
+  examples = tf.cast(tf.shape(batch[1])[0], tf.float32)
+  return weights, current_rows, loss_sum + loss * examples, count + examples
+
+
+def local_training(spec, tower: Sequence[tf.Tensor], rows: tf.Tensor, keys: tf.Tensor,
+                   is_real: tf.Tensor, dataset: tf.data.Dataset):
+  """SGD over the client's batches; returns (tower, rows, loss sum, examples).
+
+  The batches are read with an iterator loop, not `dataset.reduce`: the
+  reduce op instantiates its step function anew on every call, which cost
+  ~0.1 s a client here, more than the client's training."""
+
+  @tf.function
+  def train(state, dataset):
+    for batch in iter(dataset):
+      state = sgd_step(spec, state, batch, keys, is_real)
+    return state
+
+  return train((tuple(tower), rows, tf.constant(0.0), tf.constant(0.0)), dataset)
+
+
+def _all_examples(dataset: tf.data.Dataset):
+  """A dataset's batches as one batch of all their examples."""
+  return dataset.unbatch().batch(2 ** 31 - 1).get_single_element()
+
+
+def build_client_keys(spec, data_type):
+  """TFF: (round seed @SERVER, data @CLIENTS) -> each client's keys @CLIENTS:
+  (keys [K], is_real [K][, bag keys]) a client, or a shard's clients' stacked
+  ([n, K], [n, K][, bag keys one client after another, each one's count])."""
+  num_keys = spec.num_keys
+
+  def keys_of_client(examples, seed):
+    keys, is_real = spec.client_keys(examples, seed)
+    keys = (tf.reshape(tf.cast(keys, tf.int32), [num_keys]),
+            tf.reshape(is_real, [num_keys]))
+    if spec.bag is None:
+      return keys
+    return keys + (tf.cast(spec.bag.keys(examples), tf.int32),)
+
+  @tf.function
+  def keys_of_shard(dataset, seed):
+    shard = client_data.read_shard(dataset)
+    examples, bounds = shard.examples, client_data.shard_client_bounds(shard)
+    clients = tf.size(bounds) - 1
+    keys = tf.TensorArray(tf.int32, size=clients, element_shape=[num_keys])
+    is_real = tf.TensorArray(tf.bool, size=clients, element_shape=[num_keys])
+    bag_keys = tf.TensorArray(tf.int32, size=clients, element_shape=[None],
+                              infer_shape=False)
+    bag_sizes = tf.TensorArray(tf.int32, size=clients, element_shape=[])
+    for i in tf.range(clients):
+      client = keys_of_client(tf.nest.map_structure(
+          lambda t: t[bounds[i]:bounds[i + 1]], examples), seed)
+      keys, is_real = keys.write(i, client[0]), is_real.write(i, client[1])
+      if spec.bag is not None:
+        bag_keys = bag_keys.write(i, client[2])
+        bag_sizes = bag_sizes.write(i, tf.size(client[2]))
+    if spec.bag is None:
+      return keys.stack(), is_real.stack()
+    return keys.stack(), is_real.stack(), bag_keys.concat(), bag_sizes.stack()
+
+  @tff.tensorflow.computation(data_type, tensor_type([2], np.int64))
+  def keys_of(dataset, seed):
+    if spec.sharded:
+      return keys_of_shard(dataset, seed)
+    return keys_of_client(_all_examples(dataset), seed)
+
+  @tff.federated_computation(tff.FederatedType(tensor_type([2], np.int64), tff.SERVER),
+                             tff.FederatedType(data_type, tff.CLIENTS))
+  def client_keys(seed, client_data_):
+    return tff.federated_map(keys_of, (client_data_, tff.federated_broadcast(seed)))
+
+  return client_keys
+
+
+class ClientRound:
+  """The TFF round of a spec's clients (`build`): what a client starts from,
+  trains and returns, one client or a shard of them per TFF client."""
+
+  def __init__(self, spec, dense_shapes, num_rows: int, dim: int, bag_dim: int):
+    self.spec, self.num_rows, self.dim = spec, num_rows, dim
+    self.bagged = spec.bag is not None
+    dense_type = tff.StructWithPythonType([tensor_type(s) for s in dense_shapes], list)
+    if spec.whole_table:
+      self.broadcast_type = tff.StructWithPythonType(
+          (dense_type, tensor_type([num_rows, dim])), tuple)
+      self.answer_type = None
+      return
+    self.broadcast_type = tff.StructWithPythonType((dense_type,), tuple)
+    clients = [None] if spec.sharded else []  # A shard's: one row per client.
+    answer = (tensor_type(clients + [spec.num_keys, dim]),
+              tensor_type(clients + [spec.num_keys], np.int32),
+              tensor_type(clients + [spec.num_keys], np.bool_))
+    if self.bagged:
+      answer += (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
+      if spec.sharded:  # Each client's count of bag rows.
+        answer += (tensor_type([None], np.int32),)
+    self.answer_type = tff.StructWithPythonType(answer, tuple)
+
+  def start(self, broadcast, answer):
+    """(tower, rows, keys, is_real, bag keys) a client trains from: the
+    broadcast and its answer (the tower's first weight its bag rows)."""
+    tower = tuple(broadcast[0])
+    bag_keys = tf.zeros([0], tf.int32)  # No bag: never read.
+    if self.spec.whole_table:
+      rows = broadcast[1]
+      keys, is_real = tf.range(self.num_rows), tf.ones([self.num_rows], tf.bool)
+    else:
+      rows, keys, is_real = answer[0], answer[1], answer[2]
+    if self.bagged:
+      tower, bag_keys = (answer[3],) + tower, answer[4]
+    return tower, rows, keys, is_real, bag_keys
+
+  def result(self, tower, rows, new_tower, new_rows, loss_sum, count):
+    """(mean-able deltas, loss sum, examples[, uploads]) of a trained client;
+    with DP, its dense deltas clipped (the whole table's with them)."""
+    spec = self.spec
+    deltas = [n - o for n, o in zip(new_tower, tower)]
+    row_delta = new_rows - rows
+    if spec.dp is not None and spec.whole_table:
+      *deltas, row_delta = spec.dp.clipped(deltas + [row_delta])
+    elif spec.dp is not None and self.bagged:  # The bag's (deltas[0]) are rows.
+      deltas = deltas[:1] + spec.dp.clipped(deltas[1:])
+    elif spec.dp is not None:
+      deltas = spec.dp.clipped(deltas)
+    if spec.whole_table:
+      return (deltas, row_delta), loss_sum, count
+    uploads = (row_delta, deltas[0], count) if self.bagged else (row_delta, count)
+    return (deltas[1:] if self.bagged else deltas,), loss_sum, count, uploads
+
+  def localized(self, batch, bag_keys):
+    return self.spec.bag.localize(batch, bag_keys) if self.bagged else batch
+
+  def table_weight(self, count):
+    """The weight of a client's table delta in the round's mean."""
+    return count if self.spec.row_mean == "clients" else tf.constant(1.0)
+
+  def train(self, broadcast, answer, dataset):
+    """`result` of one client trained on its dataset."""
+    tower, rows, keys, is_real, bag_keys = self.start(broadcast, answer)
+    if self.bagged:
+      dataset = dataset.map(lambda x, y: self.localized((x, y), bag_keys))
+    return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
+                                                     is_real, dataset))
+
+  def shard_answer(self, answer, bag_ends, i):
+    """Client i's answer from its shard's (`sub_model_answers.pack`);
+    `bag_ends`: where each client's bag rows end among the shard's."""
+    if self.spec.whole_table:
+      return None
+    picked = (answer[0][i], answer[1][i], answer[2][i])
+    if self.bagged:
+      start, end = bag_ends[i] - answer[5][i], bag_ends[i]
+      picked += (answer[3][start:end], answer[4][start:end])
+    return picked
+
+  def train_shard(self, broadcast, answer, dataset):
+    """Each of the shard's clients trained in turn from the round's model, in
+    one pass over its batches (as `client_shards` does): the shared deltas'
+    mean over them as the round weighs them (the tower by examples; the whole
+    table by examples or per client), the loss sum and examples; with the
+    whole table, the table mean's weight; else each client's uploads,
+    stacked (bag deltas one after another). (No DP: a shard's mean is not
+    one client's clipped update.)"""
+    whole = self.spec.whole_table
+    slots = 0 if whole else tf.shape(answer[1])[0]
+    bag_ends = tf.cumsum(answer[5]) if self.bagged else None
+    uploads = (tf.TensorArray(tf.float32, size=slots,
+                              element_shape=[self.spec.num_keys, self.dim]),
+               tf.TensorArray(tf.float32, size=slots, infer_shape=False,
+                              element_shape=[None, None]),
+               tf.TensorArray(tf.float32, size=slots, element_shape=[]))
+    totals = (tuple(tf.zeros_like(t) for t in tf.nest.flatten(broadcast)),
+              tf.constant(0.0), tf.constant(0.0), tf.constant(0.0), uploads)
+    shard = client_data.read_shard(dataset)
+    client_batches = client_data.shard_client_batches(shard)
+    for i in tf.range(tf.size(client_batches) - 1):
+      tower, rows, keys, is_real, bag_keys = self.start(
+          broadcast, self.shard_answer(answer, bag_ends, i))
+      state = (tower, rows, tf.constant(0.0), tf.constant(0.0))
+      for index in tf.range(client_batches[i], client_batches[i + 1]):
+        state = sgd_step(self.spec, state,
+                         self.localized(client_data.shard_batch(shard, index), bag_keys),
+                         keys, is_real)
+      totals = self._add(broadcast, totals, i, self.result(tower, rows, *state))
+    sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
+    divisors = [examples] * len(broadcast[0]) + ([table_total] if whole else [])
+    shared = tf.nest.pack_sequence_as(
+        broadcast, [tf.math.divide_no_nan(total, d) for total, d in zip(sums, divisors)])
+    if whole:
+      return shared, loss_total, examples, table_total
+    return shared, loss_total, examples, ((row_ta.stack(), bag_ta.concat(),
+                                           count_ta.stack())
+                                          if self.bagged else (row_ta.stack(),
+                                                               count_ta.stack()))
+
+  def _add(self, broadcast, totals, i, result):
+    """The shard's running sums with client i's `result` added."""
+    sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
+    shared, loss_sum, count = result[:3]
+    weights = [count] * len(broadcast[0]) + (
+        [self.table_weight(count)] if self.spec.whole_table else [])
+    sums = tuple(total + w * d for total, w, d in zip(sums, weights,
+                                                     tf.nest.flatten(shared)))
+    if not self.spec.whole_table:
+      row_ta, count_ta = row_ta.write(i, result[3][0]), count_ta.write(i, count)
+      if self.bagged:
+        bag_ta = bag_ta.write(i, result[3][1])
+    return (sums, loss_total + loss_sum, examples + count,
+            table_total + self.table_weight(count), (row_ta, bag_ta, count_ta))
+
+  def build(self, data_type) -> Any:
+    """TFF: (broadcast @SERVER, [answers @CLIENTS,] data @CLIENTS) -> (mean
+    broadcast delta (DP: sum), loss sum, examples @SERVER[, uploads @CLIENTS])."""
+    private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
+    train = tf.function(self.train_shard) if self.spec.sharded else self.train
+    broadcast_at_server = tff.FederatedType(self.broadcast_type, tff.SERVER)
+    data_at_clients = tff.FederatedType(data_type, tff.CLIENTS)
+    if self.spec.whole_table:
+      @tff.tensorflow.computation(self.broadcast_type, data_type)
+      def whole_update(broadcast, dataset):
+        if self.spec.sharded:
+          return train(broadcast, None, dataset)
+        shared, loss_sum, count = train(broadcast, None, dataset)
+        return shared, loss_sum, count, self.table_weight(count)
+
+      @tff.federated_computation(broadcast_at_server, data_at_clients)
+      def whole_round(broadcast, data):
+        shared, loss_sum, count, table_weights = tff.federated_map(
+            whole_update, (tff.federated_broadcast(broadcast), data))
+        if private:
+          return (tff.federated_zip((tff.federated_sum(shared[0]),
+                                     tff.federated_sum(shared[1]))),
+                  tff.federated_sum(loss_sum), tff.federated_sum(count))
+        # Every client holds every row: with `holders`, a mean over clients.
+        mean = tff.federated_zip((tff.federated_mean(shared[0], weight=count),
+                                  tff.federated_mean(shared[1], weight=table_weights)))
+        return mean, tff.federated_sum(loss_sum), tff.federated_sum(count)
+
+      return whole_round
+
+    @tff.tensorflow.computation(self.broadcast_type, self.answer_type, data_type)
+    def client_update(broadcast, answer, dataset):
+      return train(broadcast, answer, dataset)
+
+    @tff.federated_computation(broadcast_at_server,
+                               tff.FederatedType(self.answer_type, tff.CLIENTS),
+                               data_at_clients)
+    def client_round(broadcast, answers, data):
+      shared, loss_sum, count, uploads = tff.federated_map(
+          client_update, (tff.federated_broadcast(broadcast), answers, data))
+      mean = tff.federated_zip(((tff.federated_sum(shared[0]) if private else
+                                 tff.federated_mean(shared[0], weight=count)),))
+      return mean, tff.federated_sum(loss_sum), tff.federated_sum(count), uploads
+
+    return client_round

@@ -1,0 +1,76 @@
+"""The settings of an XC run or comparison, and their defaults."""
+
+import dataclasses
+from typing import Optional, Tuple
+
+from fed_retrieval.algorithms import differential_privacy
+from fed_retrieval.algorithms import fedaws
+from fed_retrieval.algorithms import fedss
+from fed_retrieval.algorithms.fedaws import FedAwSConfig
+from fed_retrieval.algorithms.fedss import FedSSConfig
+from fed_retrieval.models import xc_encoder
+from fed_retrieval.training.centralized_loop import CentralizedConfig
+from fed_retrieval.training.loop_config import LOOP_DEFAULTS
+from fed_retrieval.training.loop_config import LoopConfig
+from tasks.xc import xc_task
+
+ALGORITHMS = fedaws.ALGORITHMS + fedss.ALGORITHMS
+ARCHITECTURES = {
+    "linear": xc_encoder.LINEAR_ARCHITECTURE,
+    "residual": xc_encoder.RESIDUAL_ARCHITECTURE,
+    "small": dict(bag_dim=64, hidden_dims=(128,), embedding_dim=64),
+    "paper": xc_encoder.PAPER_ARCHITECTURE,
+}
+# The references: full softmax with Adam, batch 64, evaluated once a pass.
+REFERENCE_DEFAULTS = CentralizedConfig(optimizer="adam", learning_rate=0.001,
+                                       batch_size=64, epochs=100, min_passes=5.0,
+                                       patience=5)
+
+
+@dataclasses.dataclass(frozen=True)
+class XCSettings:
+  """Everything an XC run or comparison is: the data, the model (its
+  `architecture`, cosine `logit_scale`, and whether a client receives only
+  the embedding-bag rows of its features, `bag`), the algorithms' settings,
+  client-level DP of the dense tower (the oracle's and full softmax's whole
+  model; selected rows are not covered), the loop and the references."""
+  task: xc_task.XCTaskConfig
+  algorithm: str = "fedaws"  # The one run of train_federated.
+  algorithms: Tuple[str, ...] = fedaws.ALGORITHMS  # A comparison's.
+  architecture: str = "linear"
+  logit_scale: float = 10.0
+  bag: str = "selected"
+  fedaws: FedAwSConfig = FedAwSConfig()
+  fedss: FedSSConfig = FedSSConfig()
+  dp: Optional[differential_privacy.DPConfig] = None
+  loop: LoopConfig = LOOP_DEFAULTS["xc"]
+  centralized: CentralizedConfig = REFERENCE_DEFAULTS
+  references: bool = True  # A comparison trains the centralized references.
+
+  def __post_init__(self):
+    if self.architecture not in ARCHITECTURES:
+      raise ValueError(f"--xc_architecture must be one of {', '.join(ARCHITECTURES)}, "
+                       f"got '{self.architecture}'")
+    fedaws.check_bag(self.bag)
+    for algorithm in (self.algorithm, *self.algorithms):
+      if algorithm not in ALGORITHMS:
+        raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)} for the "
+                         f"XC task, got '{algorithm}'")
+
+  def check(self, algorithm: str) -> None:
+    """Refuses an algorithm these settings cannot run (before any run trains)."""
+    if algorithm not in ALGORITHMS:
+      raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)} for the "
+                       f"XC task, got '{algorithm}'")
+    if self.dp is None:
+      return
+    differential_privacy.check_compatible(self.loop, self.dp)
+    if self.dp.clipping != "fixed" and algorithm != "softmax_oracle":
+      raise ValueError(f"--dp_clipping={self.dp.clipping}: --algorithm={algorithm} "
+                       "clips at a fixed --clip_norm (adaptive: softmax_oracle only)")
+    if (self.bag == "selected" and algorithm not in ("softmax_oracle", "full_softmax")
+        and not ARCHITECTURES[self.architecture].get("dense_layers", True)):
+      raise ValueError(f"--noise_multiplier: with --xc_architecture={self.architecture} "
+                       "and --xc_bag=selected every weight a client updates is a selected "
+                       "row, which DP does not cover; give --xc_bag=whole (the bag is "
+                       "then dense and private) or a tower with dense layers")
