@@ -5,12 +5,12 @@ An export directory holds:
 - `query_tower/`: the Keras query tower (context rows [B, L] -> embeddings [B, D]);
 - `item_embeddings.npy`: the item tower's output for every dense row [V, D]
   (row 0 is padding and never retrieved);
-- `item_ids.npy`: the ratings file's movie id of every row [V] (an export
-  written before dense ids has none and is read as row = movie id);
+- `item_ids.npy`: the log's id of every row [V], integers or text (an
+  export written before dense ids has none and is read as row = item id);
 - `index/`: a `tfrs.layers.factorized_top_k.BruteForce` SavedModel for
-  serving: the file's movie ids of a context (int64 [B, L], most recent
-  first, 0-padded; unknown ids are ignored) -> top-k scores and movie ids (k
-  fixed at export);
+  serving: the log's item ids of a context ([B, L] int64, or strings for text
+  ids; most recent first, padded with 0 or ''; unknown ids are ignored) ->
+  top-k scores and item ids (k fixed at export);
 - `export.json`: vocabulary size, context length, k and the model config.
 """
 
@@ -52,26 +52,26 @@ class RetrievalExport:
     return tf.saved_model.load(os.path.join(self.directory, "index"))
 
 
-def query_tower_on_movie_ids(query_tower: tf.keras.Model, items: ItemVocabulary,
-                             max_context_length: int) -> tf.keras.Model:
-  """The query tower fed the file's movie ids: an id the model does not know
-  (and padding, 0) becomes the padding row, i.e. is left out of the context."""
-  movie_ids = tf.keras.Input(shape=(max_context_length,), dtype=tf.int64,
-                             name="movie_ids")
-  rows = tf.keras.layers.IntegerLookup(vocabulary=items.movie_ids[1:],
-                                       num_oov_indices=1, name="movie_id_to_row")(
-                                           movie_ids)
-  return tf.keras.Model(movie_ids, query_tower(tf.cast(rows, tf.int32)),
-                        name="query_tower_on_movie_ids")
+def query_tower_on_item_ids(query_tower: tf.keras.Model, items: ItemVocabulary,
+                            max_context_length: int) -> tf.keras.Model:
+  """The query tower fed the log's item ids: an id the model does not know
+  (and padding) becomes the padding row, i.e. is left out of the context."""
+  item_ids = tf.keras.Input(shape=(max_context_length,), name="item_ids",
+                            dtype=tf.string if items.is_text else tf.int64)
+  lookup = (tf.keras.layers.StringLookup if items.is_text else
+            tf.keras.layers.IntegerLookup)(vocabulary=items.ids[1:], num_oov_indices=1,
+                                           name="item_id_to_row")
+  return tf.keras.Model(item_ids, query_tower(tf.cast(lookup(item_ids), tf.int32)),
+                        name="query_tower_on_item_ids")
 
 
 def _brute_force_index(query_tower: tf.keras.Model, item_embeddings: np.ndarray,
                        items: ItemVocabulary, k: int, max_context_length: int
                        ) -> tfrs.layers.factorized_top_k.BruteForce:
   index = tfrs.layers.factorized_top_k.BruteForce(
-      query_tower_on_movie_ids(query_tower, items, max_context_length), k=k)
+      query_tower_on_item_ids(query_tower, items, max_context_length), k=k)
   # Padding (row 0) is never retrieved; the others answer with the file's ids.
-  index.index(tf.constant(item_embeddings[1:]), tf.constant(items.movie_ids[1:]))
+  index.index(tf.constant(item_embeddings[1:]), tf.constant(items.ids[1:]))
   return index
 
 
@@ -93,7 +93,8 @@ def export_model(model: tf.keras.Model, config: dual_encoder.DualEncoderConfig,
     items.save(staging)
     index = _brute_force_index(query, embeddings, items, k,
                                config.max_context_length)
-    index(tf.zeros([1, config.max_context_length], tf.int64))  # Build before save.
+    index(tf.constant(np.full([1, config.max_context_length],  # Build before save.
+                              items.ids[0], items.ids.dtype)))
     tf.saved_model.save(index, os.path.join(staging, "index"))
     with open(os.path.join(staging, EXPORT_INFO), "w") as f:
       json.dump({"k": k, "model_config": json.loads(config.to_json())}, f, indent=2)
@@ -114,10 +115,9 @@ def load_export(export_dir: str,
   items = item_vocabulary.load(export_dir, size_if_missing=config.vocabulary_size)
   if expected_items is not None and expected_items != items:
     raise ValueError(
-        f"--model_dir={export_dir} was exported for {items.num_items} movies "
-        f"(ids {items.movie_ids[1]}..{items.movie_ids[-1]}), but the data has "
-        f"{expected_items.num_items} (ids {expected_items.movie_ids[1]}.."
-        f"{expected_items.movie_ids[-1]}): evaluate on the ratings it was trained on")
+        f"--model_dir={export_dir} was exported for {items.num_items} items "
+        f"({items.span()}), but the data has {expected_items.num_items} "
+        f"({expected_items.span()}): evaluate on the data it was trained on")
   embeddings = np.load(os.path.join(export_dir, "item_embeddings.npy"))
   query = tf.keras.models.load_model(os.path.join(export_dir, "query_tower"),
                                      compile=False)

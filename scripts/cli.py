@@ -96,9 +96,10 @@ def help_text(doc: str, own_flags: Sequence[flags.Flag],
   `groups` (a flag shown once). The usage is cut to its first example if the
   whole would pass MAX_HELP_LINES."""
   grouped = {holder.name for _, _, holders in groups for holder in holders}
+  # Groups follow one another without blank lines: a script's flags fit a screen.
   own_flags = [flag for flag in own_flags if flag.name not in grouped]
   shown = set()
-  flag_lines: List[str] = []
+  flag_lines: List[str] = [""]
   tasks_of = lambda group_task: ((group_task,) if isinstance(group_task, str)
                                  else group_task or (task,))
   other_tasks = sorted({t for _, group_task, _ in groups for t in tasks_of(group_task)
@@ -108,7 +109,7 @@ def help_text(doc: str, own_flags: Sequence[flags.Flag],
       for title, group_task, holders in groups if task in tasks_of(group_task)]:
     flag_list = [flag for flag in flag_list if flag.name not in shown]
     if flag_list:
-      flag_lines += ["", f"{title}:"] + [_flag_line(flag) for flag in flag_list]
+      flag_lines += [f"{title}:"] + [_flag_line(flag) for flag in flag_list]
       shown.update(flag.name for flag in flag_list)
   flag_lines.append("")
   if other_tasks:

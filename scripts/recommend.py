@@ -1,10 +1,12 @@
-r"""Top-k recommendations for a viewing history, from an exported model.
+r"""Top-k recommendations for a history of items, from an exported model.
 
   python -m scripts.recommend --model_dir=runs/central_small/export \
-      --history=12,7,31 [--movies_path=ml-1m/movies.dat] [--k=10]
---history lists the ratings file's movie ids in the order watched (most recent
-last), and the recommendations are named by the same ids (and titles with
---movies_path); movies in the history are not recommended again unless
+      --history=12,7,31 [--items_path=ml-1m/movies.dat] [--k=10]
+  python -m scripts.recommend --model_dir=runs/shop/export --history=sku-1,sku-7 \
+      --items_path=items.csv --item_id_column=sku --item_name_column=name
+--history lists the data's own item ids in the order seen (most recent last),
+and the recommendations are named by the same ids (and display names with
+--items_path); items in the history are not recommended again unless
 --include_history.
 """
 
@@ -15,26 +17,24 @@ import numpy as np
 import tensorflow as tf
 
 from fed_retrieval import export
-from tasks.movielens import movies_io
+from tasks.movielens import item_flags
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "An export directory.")
-_HISTORY = flags.DEFINE_list("history", None, "Movie ids watched, most recent last.")
-_MOVIES_PATH = flags.DEFINE_string("movies_path", None,
-                                   "movies.dat or movies.csv, for titles.")
+_HISTORY = flags.DEFINE_list("history", None, "Item ids seen, most recent last.")
 _K = flags.DEFINE_integer("k", 10, "Number of recommendations.")
 _INCLUDE_HISTORY = flags.DEFINE_bool("include_history", False,
-                                     "Also recommend movies already watched.")
+                                     "Also recommend items already seen.")
 flags.mark_flags_as_required(["model_dir", "history"])
 
 
 def recommend(exported: export.RetrievalExport, history, k: int,
               include_history: bool = False):
-  """[(movie id, score)] best first for a history of movie ids (the ratings
-  file's, most recent last)."""
-  rows = exported.items.rows(history, what="--history: movie id")
+  """[(item id, score)] best first for a history of the data's item ids (most
+  recent last)."""
+  rows = exported.items.rows(history, what="--history: item id")
   num_items = exported.items.num_items
   if not 1 <= k <= num_items:
-    raise ValueError(f"--k={k} must lie in [1, {num_items}] (the model's movies)")
+    raise ValueError(f"--k={k} must lie in [1, {num_items}] (the model's items)")
   length = exported.config.max_context_length
   recent_first = list(reversed(rows))[:length]
   context = np.zeros([1, length], np.int32)
@@ -43,28 +43,26 @@ def recommend(exported: export.RetrievalExport, history, k: int,
   if not include_history:
     scores[rows] = -np.inf
   top = np.argsort(-scores, kind="stable")[:k]
-  return [(int(movie), float(scores[row]))
-          for movie, row in zip(exported.items.ids_of_rows(top), top)]
+  return [(item.item(), float(scores[row]))
+          for item, row in zip(exported.items.ids_of_rows(top), top)]
 
 
 def main(argv) -> None:
   del argv
-  try:
-    history = [int(item) for item in _HISTORY.value]
-  except ValueError as e:
-    raise ValueError(f"--history: {e}") from e
   exported = export.load_export(_MODEL_DIR.value)
-  titles = (movies_io.read_movie_titles(_MOVIES_PATH.value)
-            if _MOVIES_PATH.value else {})
+  history = exported.items.parse(_HISTORY.value, "--history").tolist()
+  names = item_flags.item_names_from_flags()
   recommendations = recommend(exported, history, _K.value, _INCLUDE_HISTORY.value)
-  if titles:  # Echo the history, so a typo in an id shows as the wrong movie.
+  width = max([6] + [len(str(i)) for i in history + [i for i, _ in recommendations]])
+  if names:  # Echo the history, so a typo in an id shows as the wrong item.
     print("history (most recent last):")
     for item in history:
-      print(f"     {item:6d}  {titles.get(item, '(not in --movies_path)')}")
+      print(f"     {item!s:>{width}}  {names.get(item, '(not in --items_path)')}")
     print(f"top {_K.value}:")
   for rank, (item, score) in enumerate(recommendations, start=1):
-    print(f"{rank:3d}. {item:6d}  {score:+.4f}  {titles.get(item, '')}".rstrip())
+    print(f"{rank:3d}. {item!s:>{width}}  {score:+.4f}  {names.get(item, '')}".rstrip())
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[("Item names", None, (
+      item_flags.ITEMS_PATH, item_flags.ITEM_ID_COLUMN, item_flags.ITEM_NAME_COLUMN))])

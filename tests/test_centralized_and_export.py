@@ -73,7 +73,7 @@ def test_export_round_trip(small_task, trained_run):
   np.testing.assert_array_equal(index_ids.numpy(), np.argsort(-scores, axis=1)[:, :10])
   np.testing.assert_allclose(index_scores.numpy(), -np.sort(-scores, axis=1)[:, :10],
                              rtol=1e-5)
-  with pytest.raises(ValueError, match="exported for 400 movies .ids 1..400., but "
+  with pytest.raises(ValueError, match="exported for 400 items .ids 1..400., but "
                      "the data has 500 .ids 1..500."):
     export.load_export(os.path.join(output_dir, "export"),
                        ItemVocabulary.of_items(range(1, 501)))
@@ -109,15 +109,15 @@ def test_evaluate_job_agrees_with_training(trained_run, tmp_path):
   movies = tmp_path / "movies.csv"
   movies.write_text("movieId,title,genres\n5,Five (1995),Drama\n9,Nine (1996),Drama\n")
   echoed = run_script("recommend", f"--model_dir={reexport}", "--history=5,9,17",
-                      "--k=2", f"--movies_path={movies}")
+                      "--k=2", f"--items_path={movies}")
   assert echoed.returncode == 0, echoed.stderr
   assert echoed.stdout.splitlines()[:5] == [
       "history (most recent last):", "          5  Five (1995)", "          9  Nine (1996)",
-      "         17  (not in --movies_path)", "top 2:"]
+      "         17  (not in --items_path)", "top 2:"]
   unknown = run_script("recommend", f"--model_dir={reexport}", "--history=5,4000")
   assert unknown.returncode == 2
   assert unknown.stderr.strip().splitlines()[-1].startswith(
-      "error: --history: movie id 4000 is not one of the 400 movies the model knows")
+      "error: --history: item id 4000 is not one of the 400 items the model knows")
 
 
 @pytest.mark.parametrize("script,args,message", [

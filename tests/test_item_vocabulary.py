@@ -24,7 +24,7 @@ MOVIE_IDS = np.array([3, 50, 51, 700, 1_000, 5_000, 20_000, 70_000, 150_000, 193
 
 def test_rows_and_ids_round_trip():
   items = ItemVocabulary.of_items([700, 3, 193_609, 3, 50])
-  np.testing.assert_array_equal(items.movie_ids, [0, 3, 50, 700, 193_609])
+  np.testing.assert_array_equal(items.ids, [0, 3, 50, 700, 193_609])
   assert (items.size, items.num_items) == (5, 4)
   np.testing.assert_array_equal(items.rows([[193_609, 3], [50, 700]]), [[4, 1], [2, 3]])
   np.testing.assert_array_equal(items.ids_of_rows([4, 2]), [193_609, 50])
@@ -33,7 +33,7 @@ def test_rows_and_ids_round_trip():
 def test_unknown_movie_is_named(unknown):
   items = ItemVocabulary.of_items([3, 50, 700])
   with pytest.raises(item_vocabulary.UnknownItemError,
-                     match=f"--history: movie id {unknown} is not one of the 3 movies "
+                     match=f"--history: movie id {unknown} is not one of the 3 items "
                      r"the model knows \(ids 3..700\)"):
     items.rows([50, unknown], what="--history: movie id")
 
@@ -44,7 +44,7 @@ def test_save_load_digest_and_identity_for_old_exports(tmp_path):
   assert items.describe() == {"items": 10, "item_ids_sha256": items.digest()}
   assert ItemVocabulary.of_items(MOVIE_IDS[:-1]).digest() != items.digest()
   old = item_vocabulary.load(str(tmp_path / "old"), size_if_missing=4)
-  np.testing.assert_array_equal(old.movie_ids, [0, 1, 2, 3])
+  np.testing.assert_array_equal(old.ids, [0, 1, 2, 3])
   with pytest.raises(FileNotFoundError, match="no item_ids.npy"):
     item_vocabulary.load(str(tmp_path / "old"))
 
@@ -116,7 +116,7 @@ def test_recommend_speaks_the_files_ids_and_titles(sparse_run):
   _, directory, output_dir = sparse_run
   result = run_script("recommend", f"--model_dir={output_dir}/export",
                       "--history=3,50,51", "--k=3",
-                      f"--movies_path={directory}/movies.csv")
+                      f"--items_path={directory}/movies.csv")
   assert result.returncode == 0, result.stderr
   lines = result.stdout.strip().splitlines()
   assert lines[:5] == ["history (most recent last):", "          3  Movie 3, The (1999)",
@@ -135,7 +135,7 @@ def test_recommend_speaks_the_files_ids_and_titles(sparse_run):
   unknown = run_script("recommend", f"--model_dir={output_dir}/export",
                        "--history=3,4")
   assert unknown.returncode == 2
-  assert ("--history: movie id 4 is not one of the 10 movies the model knows "
+  assert ("--history: item id 4 is not one of the 10 items the model knows "
           "(ids 3..193609)") in unknown.stderr
 
 def test_runs_from_before_dense_ids_are_refused_by_name(sparse_run, tmp_path):

@@ -27,7 +27,7 @@ _EXPECTED = {
     ("prepare_movielens", None): {"ratings_path", "user_split", "output_dir"},
     ("evaluate", None): {"model_dir", "split", "k", "ratings_path"},
     ("export", None): {"run_dir", "export_dir", "k"},
-    ("recommend", None): {"model_dir", "history", "movies_path"},
+    ("recommend", None): {"model_dir", "history", "items_path", "item_name_column"},
     ("benchmark", None): {"rounds", "steps_per_execution", "loss", "synthetic"},
     ("benchmark_round_cost", None): {"num_classes", "num_negatives"},
     ("benchmark_spreadout", None): {"num_classes", "updated_classes"},

@@ -12,6 +12,7 @@ from fed_retrieval.training import federated_flags
 from losses import registry
 from losses import spreadout
 from tasks import task_flags
+from tasks.movielens import interaction_log
 from tasks.movielens import movielens_task
 from tasks.movielens import synthetic_movielens
 from fed_retrieval.training.loop_config import LOOP_DEFAULTS
@@ -20,7 +21,23 @@ from tasks.movielens import settings as ml_settings
 
 RATINGS_PATH = flags.DEFINE_string(
     "ratings_path", None,
-    "MovieLens ratings file: ML-1M 'ratings.dat' or ML-20M/25M 'ratings.csv'.")
+    "A MovieLens release, as GroupLens ships it: its directory or its ratings file "
+    "(ML-100K u.data, ML-1M/10M ratings.dat, ML-20M/25M/32M and ml-latest "
+    "ratings.csv).")
+INTERACTIONS_PATH = flags.DEFINE_string(
+    "interactions_path", None,
+    "An interaction log of one's own: CSV, TSV or Parquet, an event a row, its "
+    "columns named by --user_column, --item_column, --time_column (and "
+    "--rating_column); ids of any kind.")
+USER_COLUMN = flags.DEFINE_string("user_column", "user_id",
+                                  "--interactions_path: the user id's column.")
+ITEM_COLUMN = flags.DEFINE_string("item_column", "item_id",
+                                  "--interactions_path: the item id's column.")
+TIME_COLUMN = flags.DEFINE_string(
+    "time_column", "timestamp",
+    "--interactions_path: the event time's column (numbers or date-times).")
+RATING_COLUMN = flags.DEFINE_string(
+    "rating_column", None, "--interactions_path: the rating's column, if any.")
 SYNTHETIC = flags.DEFINE_enum(
     "synthetic", None, list(synthetic_movielens.PRESETS),
     "Use the embedded synthetic MovieLens-shaped data instead of --ratings_path.")
@@ -42,6 +59,10 @@ SHUFFLE_ACROSS_USERS = flags.DEFINE_bool(
 CACHE_DIR = flags.DEFINE_string(
     "cache_dir", movielens_task.DEFAULT_CACHE_DIR,
     "Where the synthetic ratings.dat files are generated once.")
+MIN_RATING = flags.DEFINE_float(
+    "min_rating", None,
+    "Keep only the events rated at least this (the positives); needs ratings.")
+
 
 LOSS = flags.DEFINE_enum("loss", "global_softmax", list(registry.LOSS_NAMES),
                          "Training objective.")
@@ -95,11 +116,13 @@ NOISE_MULTIPLIERS = flags.DEFINE_list(
     "A client-level DP run of each loss per noise multiplier, beside the others "
     "(--clip_norm, --dp_clipping, --target_delta apply), with epsilon.")
 
+DATA_FLAGS = ("Interactions (MovieLens or one's own)", "movielens", (
+    RATINGS_PATH, INTERACTIONS_PATH, USER_COLUMN, ITEM_COLUMN, TIME_COLUMN,
+    RATING_COLUMN, MIN_RATING, SYNTHETIC, MAX_CONTEXT_LENGTH, MIN_TIMELINE_LENGTH,
+    MAX_EXAMPLES_PER_USER, USER_SPLIT, EXAMPLE_SPLIT, SHUFFLE_ACROSS_USERS,
+    task_flags.DATA_SEED, CACHE_DIR))
 HELP_GROUPS = (
-    ("MovieLens data", "movielens", (
-        RATINGS_PATH, SYNTHETIC, MAX_CONTEXT_LENGTH, MIN_TIMELINE_LENGTH,
-        MAX_EXAMPLES_PER_USER, USER_SPLIT, EXAMPLE_SPLIT, SHUFFLE_ACROSS_USERS,
-        task_flags.DATA_SEED, CACHE_DIR)),
+    DATA_FLAGS,
     ("Dual encoder and loss", "movielens", (
         LOSS, SPREADOUT_WEIGHT, CONTEXT_SPREADOUT_WEIGHT, CROSS_SPREADOUT_WEIGHT,
         NEGATIVE_SPREADOUT_WEIGHT, NEGATIVE_MARGIN, SPREADOUT_FORM, HINGE_POWER,
@@ -118,8 +141,17 @@ def _fractions(flag_name: str, values) -> tuple:
 
 def task_config_from_flags() -> movielens_task.TaskConfig:
   """The ratings and splits the flags describe (validated)."""
+  given = lambda holder: flags.FLAGS[holder.name].present
+  log_flags = (USER_COLUMN, ITEM_COLUMN, TIME_COLUMN, RATING_COLUMN)
+  if INTERACTIONS_PATH.value is None and any(given(h) for h in log_flags):
+    raise ValueError(f"--{next(h for h in log_flags if given(h)).name} names a column "
+                     "of --interactions_path")
   return movielens_task.TaskConfig(
       ratings_path=RATINGS_PATH.value, synthetic=SYNTHETIC.value,
+      interactions_path=INTERACTIONS_PATH.value,
+      log_columns=interaction_log.LogColumns(USER_COLUMN.value, ITEM_COLUMN.value,
+                                             TIME_COLUMN.value, RATING_COLUMN.value),
+      min_rating=MIN_RATING.value,
       max_context_length=MAX_CONTEXT_LENGTH.value,
       min_timeline_length=MIN_TIMELINE_LENGTH.value,
       max_examples_per_user=MAX_EXAMPLES_PER_USER.value,
@@ -190,3 +222,4 @@ def settings_from_flags() -> MovieLensSettings:
       dp_runs=tuple(federated_flags.dp_configs_from_flags(NOISE_MULTIPLIERS.value)),
       split=SPLIT_BY.value,
       loop=loop, centralized=centralized)
+

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
+from tasks.movielens import interaction_log
 from tasks.movielens import item_vocabulary
 from tasks.movielens import ratings_io
 from tasks.movielens import sequence_examples
@@ -22,9 +23,14 @@ DEFAULT_CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "fed_retriev
 
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
-  """Where the ratings come from and how they become examples and splits."""
+  """Where the interactions come from (a MovieLens release, a log of one's
+  own with its columns, or a synthetic preset), which count (`min_rating`:
+  those rated at least that) and how they become examples and splits."""
   ratings_path: Optional[str] = None
   synthetic: Optional[str] = None
+  interactions_path: Optional[str] = None
+  log_columns: interaction_log.LogColumns = interaction_log.LogColumns()
+  min_rating: Optional[float] = None
   max_context_length: int = 10
   min_timeline_length: int = 3
   max_examples_per_user: Optional[int] = None
@@ -35,8 +41,10 @@ class TaskConfig:
   cache_dir: str = DEFAULT_CACHE_DIR
 
   def __post_init__(self):
-    if (self.ratings_path is None) == (self.synthetic is None):
-      raise ValueError("Give exactly one of --ratings_path and --synthetic")
+    sources = [self.ratings_path, self.synthetic, self.interactions_path]
+    if sum(source is not None for source in sources) != 1:
+      raise ValueError("Give exactly one of --ratings_path (a MovieLens release), "
+                       "--interactions_path (a log of one's own) and --synthetic")
     sequence_examples.check_fractions(self.user_split, "user_split")
     if len(self.user_split) != 3:
       raise ValueError("--user_split takes 3 fractions (train,val,test), got "
@@ -47,9 +55,13 @@ class TaskConfig:
                        f"{list(self.example_split)}")
 
   def describe(self) -> Dict[str, object]:
-    """The settings that determine the data (for run directories and logs)."""
+    """The settings that determine the data (for run directories and logs);
+    what a source does not read is left out (so runs made before it stay
+    the same)."""
     described = dataclasses.asdict(self)
     del described["cache_dir"]
+    if self.interactions_path is None:
+      del described["log_columns"]
     return described
 
 
@@ -95,9 +107,12 @@ class MovieLensTask:
             "centralized_test": self.centralized_test}
 
   def source(self) -> str:
-    """The ratings' origin as the flags name it."""
-    return (f"--ratings_path={self.config.ratings_path}" if self.config.ratings_path
-            else f"--synthetic={self.config.synthetic}")
+    """The interactions' origin as the flags name it."""
+    config = self.config
+    if config.interactions_path:
+      return f"--interactions_path={config.interactions_path}"
+    return (f"--ratings_path={config.ratings_path}" if config.ratings_path
+            else f"--synthetic={config.synthetic}")
 
   def empty_split_problems(self, names: Sequence[str] = ()) -> List[str]:
     """Why each of the named splits (default: all) is empty, a line each: how
@@ -137,7 +152,7 @@ class MovieLensTask:
     splits = ", ".join(f"{name} {examples.num_users} users / {len(examples)} examples"
                        for name, examples in self.splits.items()
                        if name.startswith("federated"))
-    return (f"{self.num_ratings} ratings of {self.items.num_items} movies; {splits}; "
+    return (f"{self.num_ratings} interactions of {self.items.num_items} items; {splits}; "
             f"centralized train / test {len(self.centralized_train)} / "
             f"{len(self.centralized_test)} examples")
 
@@ -150,7 +165,7 @@ class MovieLensTask:
         "source": self.config.ratings_path or f"synthetic:{self.config.synthetic}",
         "vocabulary_size": self.vocabulary_size,
         "items": self.items.num_items,
-        "largest_item_id": int(self.items.movie_ids[-1]),
+        "largest_item_id": self.items.ids[-1].item(),
         "total_ratings": self.num_ratings,
         "total_users": self.federated_train.num_users +
                        self.federated_val.num_users +
@@ -186,20 +201,30 @@ def synthetic_ratings_path(preset_name: str, cache_dir: str) -> str:
   return path
 
 
-def load_ratings(config: TaskConfig) -> pd.DataFrame:
-  path = config.ratings_path or synthetic_ratings_path(config.synthetic,
-                                                       config.cache_dir)
-  return ratings_io.read_ratings(path)
+def load_interactions(config: TaskConfig
+                      ) -> Tuple[pd.DataFrame, item_vocabulary.ItemVocabulary]:
+  """(the events, their items as dense rows; the item vocabulary)."""
+  if config.interactions_path is not None:
+    return interaction_log.read_interactions(config.interactions_path,
+                                             config.log_columns, config.min_rating)
+  ratings = ratings_io.read_ratings(
+      config.ratings_path or synthetic_ratings_path(config.synthetic, config.cache_dir))
+  if config.min_rating is not None:
+    ratings = ratings[ratings["rating"] >= config.min_rating]
+    if not len(ratings):
+      raise ratings_io.RatingsFormatError(
+          f"{config.ratings_path}: no rating is >= --min_rating={config.min_rating}")
+  items = item_vocabulary.ItemVocabulary.of_items(ratings["item_id"])
+  return ratings.assign(item_id=items.rows(ratings["item_id"])), items
 
 
 def build_task(config: TaskConfig) -> MovieLensTask:
-  """Reads the ratings, numbers their movies densely and builds every split
-  (saying so on stderr: on a large file this takes a while)."""
-  source = config.ratings_path or f"the synthetic '{config.synthetic}' preset"
+  """Reads the interactions, numbers their items densely and builds every
+  split (saying so on stderr: on a large file this takes a while)."""
+  source = (config.interactions_path or config.ratings_path or
+            f"the synthetic '{config.synthetic}' preset")
   print(f"MovieLens: reading {source}", file=sys.stderr, flush=True)
-  ratings = load_ratings(config)
-  items = item_vocabulary.ItemVocabulary.of_items(ratings["item_id"])
-  ratings = ratings.assign(item_id=items.rows(ratings["item_id"]))
+  ratings, items = load_interactions(config)
   examples = sequence_examples.sliding_window_examples(
       ratings, config.max_context_length, config.min_timeline_length,
       config.max_examples_per_user)

@@ -1,8 +1,13 @@
-"""Reads MovieLens rating logs: ML-1M `ratings.dat` and ML-20M/25M `ratings.csv`.
+"""Reads MovieLens rating logs as GroupLens ships every release.
 
-Both formats become one DataFrame with integer columns `user_id`, `item_id`,
-`timestamp` and a float `rating`. Every malformed line is reported with the file
-name and its 1-based line number, so a broken log never trains silently.
+ML-100K `u.data` (tab-separated `user item rating timestamp`, no header),
+ML-1M and ML-10M `ratings.dat` (`UserID::MovieID::Rating::Timestamp`), ML-20M,
+25M, 32M and ml-latest(-small) `ratings.csv` (header
+`userId,movieId,rating,timestamp`); a release's directory may be given
+instead of its ratings file (`ratings_file`). Every format becomes one
+DataFrame with integer columns `user_id`, `item_id`, `timestamp` and a float
+`rating`. Every malformed line is reported with the file name and its 1-based
+line number, so a broken log never trains silently.
 """
 
 import os
@@ -13,7 +18,9 @@ import pandas as pd
 
 RATINGS_COLUMNS = ("user_id", "item_id", "rating", "timestamp")
 CSV_HEADER = "userId,movieId,rating,timestamp"
-_SEPARATORS = {"dat": "::", "csv": ","}
+_SEPARATORS = {"data": "\t", "dat": "::", "csv": ","}
+# A release's ratings file, in the order a directory is searched.
+RATINGS_FILES = ("ratings.csv", "ratings.dat", "u.data")
 _INTEGER = re.compile(r"\d+")
 
 
@@ -21,14 +28,26 @@ class RatingsFormatError(ValueError):
   """A ratings file is missing, empty, of an unknown format or malformed."""
 
 
+def ratings_file(path: str) -> str:
+  """The ratings file of a release's directory (`RATINGS_FILES`), or `path`."""
+  if not os.path.isdir(path):
+    return path
+  for name in RATINGS_FILES:
+    if os.path.isfile(os.path.join(path, name)):
+      return os.path.join(path, name)
+  raise RatingsFormatError(f"{path}: no MovieLens ratings file in this directory "
+                           f"(one of {', '.join(RATINGS_FILES)})")
+
+
 def ratings_format(path: str) -> str:
-  """Returns 'dat' or 'csv' from the file name; other suffixes are refused."""
+  """Returns 'data', 'dat' or 'csv' from the file name; others are refused."""
   suffix = os.path.splitext(path)[1].lower().lstrip(".")
   if suffix not in _SEPARATORS:
     raise RatingsFormatError(
         f"{path}: unknown ratings format '.{suffix}'; expected a MovieLens "
-        "'ratings.dat' (UserID::MovieID::Rating::Timestamp) or 'ratings.csv' "
-        f"({CSV_HEADER})")
+        "'u.data' (ML-100K), 'ratings.dat' (ML-1M, ML-10M: "
+        "UserID::MovieID::Rating::Timestamp) or 'ratings.csv' (ML-20M and later: "
+        f"{CSV_HEADER}); a log of one's own: --interactions_path")
   return suffix
 
 
@@ -37,7 +56,9 @@ def _first_bad_line(mask: np.ndarray, first_line_number: int) -> int:
 
 
 def read_ratings(path: str) -> pd.DataFrame:
-  """Reads a ratings file into a DataFrame with columns `RATINGS_COLUMNS`."""
+  """Reads a ratings file (or a release's directory) into a DataFrame with
+  columns `RATINGS_COLUMNS`."""
+  path = ratings_file(path)
   fmt = ratings_format(path)
   if not os.path.isfile(path):
     raise RatingsFormatError(f"{path}: no such ratings file")
@@ -60,7 +81,7 @@ def read_ratings(path: str) -> pd.DataFrame:
   if wrong_count.any():
     line = _first_bad_line(wrong_count, first_line_number)
     raise RatingsFormatError(
-        f"{path}:{line}: expected 4 fields separated by '{separator}', found "
+        f"{path}:{line}: expected 4 fields separated by {separator!r}, found "
         f"{field_counts[line - first_line_number]}: "
         f"'{lines[line - first_line_number][:80]}'")
   fields = text.str.split(separator, n=3, expand=True, regex=False)

@@ -77,7 +77,7 @@ def sliding_window_examples(ratings: pd.DataFrame,
         f"--max_examples_per_user must be >= 1, got {max_examples_per_user}")
   users = ratings["user_id"].to_numpy(np.int64)
   items = ratings["item_id"].to_numpy(np.int64)
-  order = np.lexsort((ratings["timestamp"].to_numpy(np.int64), users))
+  order = np.lexsort((ratings["timestamp"].to_numpy(), users))  # Stable: file order.
   users, items = users[order], items[order]
 
   _, starts, counts = np.unique(users, return_index=True, return_counts=True)

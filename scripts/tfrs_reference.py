@@ -1,0 +1,26 @@
+r"""An outside reference: TensorFlow Recommenders' sequential-retrieval recipe
+on the same split and recall@k as the comparison.
+
+  python -m scripts.tfrs_reference --ratings_path=ml-100k
+Prints its test recall@k (with the standard error over users) as JSON;
+compare it with the centralized rows of `scripts.compare` on the same flags.
+"""
+
+import json
+
+from scripts import cli  # First: isolates the network, quiets TF.
+
+from fed_retrieval.reports import tfrs_reference
+from tasks.movielens import flags as movielens_flags
+from tasks.movielens import movielens_task
+
+
+def main(argv) -> None:
+  del argv
+  task = movielens_task.build_task(movielens_flags.task_config_from_flags())
+  print(json.dumps(tfrs_reference.train_and_test(task, movielens_flags.ks_from_flag()),
+                   indent=2))
+
+
+if __name__ == "__main__":
+  cli.run(main, help_groups=[movielens_flags.DATA_FLAGS])
