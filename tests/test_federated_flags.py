@@ -114,3 +114,16 @@ def test_xc_takes_dp_with_a_fixed_clip_and_the_oracle_an_adaptive_one():
   assert resolved("--task=xc", "--noise_multiplier=1", "--xc_architecture=small")["dp"]
   assert resolved("--task=xc", "--algorithm=softmax_oracle", "--noise_multiplier=1",
                   "--dp_clipping=adaptive")["dp"]["clipping"] == "adaptive"
+
+
+def test_xc_samples_a_share_of_its_clients_unless_given_a_count():
+  loop = resolved("--task=xc")["loop"]
+  assert (loop["clients_fraction"], loop["clients_per_round"]) == (0.3, 4000)
+  loop = resolved("--task=xc", "--clients_per_round=7")["loop"]
+  assert (loop["clients_fraction"], loop["clients_per_round"]) == (None, 7)
+  loop = resolved("--task=xc", "--clients_fraction=0")["loop"]
+  assert loop["clients_fraction"] is None
+  loop = resolved("--clients_fraction=0.5", "--clients_per_round=20")  # MovieLens.
+  assert (loop["clients_fraction"], loop["clients_per_round"]) == (0.5, 20)
+  assert resolved("--task=xc", "--clients_fraction=1.5")["error"].startswith(
+      "--clients_fraction must be in (0, 1]")

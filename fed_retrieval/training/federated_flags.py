@@ -58,7 +58,13 @@ MIN_PASSES = flags.DEFINE_float(
     f"the stopping rule ends no run before it {_family_defaults('min_passes')}.")
 CLIENTS_PER_ROUND = flags.DEFINE_integer(
     "clients_per_round", None,
-    f"Clients sampled per round {_family_defaults('clients_per_round')}.")
+    "Clients sampled per round; with --clients_fraction, the most a round holds "
+    f"{_family_defaults('clients_per_round')}.")
+CLIENTS_FRACTION = flags.DEFINE_float(
+    "clients_fraction", None,
+    "Sample this share of the clients per round (ceil(share x clients), at most "
+    "--clients_per_round); 0: --clients_per_round exactly, as when only it is "
+    f"given {_family_defaults('clients_fraction')}.")
 CLIENT_SAMPLING = flags.DEFINE_enum(
     "client_sampling", None, list(client_sampling.CLIENT_SAMPLINGS),
     "uniform: every client as likely (the papers' protocol). examples: a client "
@@ -222,11 +228,14 @@ def loop_from_flags(defaults: LoopConfig) -> LoopConfig:
   """The family's loop (`defaults`) with the loop flags given; --max_local_steps
   0 means no cap."""
   changes = _given_fields(defaults, (
-      ROUNDS, MAX_PASSES, MIN_PASSES, CLIENTS_PER_ROUND, CLIENT_SAMPLING, CLIENT_SHARDS,
-      LOCAL_EPOCHS, MAX_LOCAL_STEPS, BATCH_SIZE, EVAL_EVERY, CHECKPOINT_EVERY,
-      PATIENCE, MIN_IMPROVEMENT_SE, SMOOTHING, SEED))
+      ROUNDS, MAX_PASSES, MIN_PASSES, CLIENTS_PER_ROUND, CLIENTS_FRACTION,
+      CLIENT_SAMPLING, CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS, BATCH_SIZE,
+      EVAL_EVERY, CHECKPOINT_EVERY, PATIENCE, MIN_IMPROVEMENT_SE, SMOOTHING, SEED))
   if changes.get("max_local_steps") == 0:
     changes["max_local_steps"] = None
+  if changes.get("clients_fraction") == 0 or (
+      "clients_per_round" in changes and "clients_fraction" not in changes):
+    changes["clients_fraction"] = None  # A count given alone is the count.
   return dataclasses.replace(defaults, **changes)
 
 

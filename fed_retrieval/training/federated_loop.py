@@ -141,6 +141,7 @@ def run_federated(job: FederatedJob, config: LoopConfig, output_dir: str
   finished = run_directory.open_run(output_dir, job.run_config, job.write_files)
   if finished is not None:
     return finished
+  config = config.for_clients(len(job.clients.client_ids))
   while tff_runtime.take_worker_death():  # A worker that died after its last
     pass  # call in an earlier run: ensure_execution_context replaces it.
   restarts, death = 0, None

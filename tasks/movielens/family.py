@@ -230,7 +230,7 @@ def federated_examples_per_round(task: MovieLensTask, settings: MovieLensSetting
                                  ) -> float:
   """The examples a federated round trains on, on average: its clients' local
   epochs, each client capped at `max_local_steps` batches."""
-  loop = settings.loop
+  loop = settings.loop.for_clients(task.federated_train.num_users)
   per_user = np.array([stop - start for start, stop in
                        task.federated_train.user_ranges().values()]) * loop.local_epochs
   if loop.max_local_steps is not None:
@@ -245,7 +245,8 @@ def with_federated_schedule(settings: MovieLensSettings, task: MovieLensTask
   train on (so patience means as many examples in both settings), no stop
   before as many examples as the federated minimum budget, a cap of as many
   examples as the federated cap, and the loop's stopping rule."""
-  loop, centralized = settings.loop, settings.centralized
+  loop = settings.loop.for_clients(task.federated_train.num_users)
+  centralized = settings.centralized
   per_round = federated_examples_per_round(task, settings)
   steps = lambda rounds: max(1, round(rounds * per_round / loop.batch_size))
   cap, minimum = loop.round_budget(task.federated_train.num_users)
@@ -278,6 +279,8 @@ class MovieLensFamily(family.TaskFamily):
 
   def federated_run(self, settings: MovieLensSettings) -> family.FederatedRun:
     task = movielens_task.build_task(settings.task)
+    settings = dataclasses.replace(settings, loop=settings.loop.for_clients(
+        task.federated_train.num_users))
     if settings.algorithm in fedss.ALGORITHMS:
       job = lambda: sampled_softmax_job(task, settings, settings.algorithm)
       loss = SAMPLED_LOSS

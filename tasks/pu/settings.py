@@ -61,9 +61,10 @@ class PUSettings:
   def loop_for(self, task: pu_task.PUTask) -> LoopConfig:
     """The loop with its local work sized to the task's clients (module
     docstring): what a run records and trains with."""
+    loop = self.loop.for_clients(len(task.partition.client_points))
     if self.size_local_work and task.mean_client_points() >= PAPER_CLIENT_POINTS:
-      return dataclasses.replace(self.loop, **PAPER_LOCAL_WORK)
-    return self.loop
+      return dataclasses.replace(loop, **PAPER_LOCAL_WORK)
+    return loop
 
   def loss(self) -> pu_risk.PURiskLoss:
     """The risk every method trains (the baselines' coefficients make it

@@ -240,6 +240,8 @@ class XCFamily(family.TaskFamily):
     algorithm = algorithm or settings.algorithm
     settings.check(algorithm)
     task = task or xc_task.build_xc_task(settings.task)
+    settings = dataclasses.replace(
+        settings, loop=settings.loop.for_clients(len(task.clients.client_ids)))
     return family.FederatedRun(
         algorithm, lambda: federated_job(task, settings, algorithm), settings.loop,
         CENTRALIZED_SETTINGS[settings.task.label_assignment])
