@@ -3,13 +3,15 @@
 Reads `[script, [[where, [arg, ...]], ...]]` as JSON on stdin and prints a JSON
 list of problems: a flag the script does not define, or a value its parser
 refuses. A value holding a placeholder (`<dir>`) is checked by name only.
+With `--defaults`, reads `[script, [name, ...]]` and prints, for each name
+the script defines, `[its default as a command line gives it, its help]`.
 Used by `tests/readme_commands.py`.
 """
 
 import importlib
 import json
 import sys
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from scripts import cli  # pylint: disable=unused-import  (quiets TF, as the scripts)
 from absl import flags
@@ -32,10 +34,22 @@ def problems_of(commands: Sequence[Tuple[str, Sequence[str]]]) -> List[str]:
   return problems
 
 
+def defaults_of(names: Sequence[str]) -> Dict[str, Tuple[Optional[str], str]]:
+  return {name: (None if flags.FLAGS[name].default is None
+                 else flags.FLAGS[name].serialize().partition("=")[2]
+                 if not isinstance(flags.FLAGS[name].default, bool)
+                 else str(flags.FLAGS[name].default).lower(),
+                 flags.FLAGS[name].help)
+          for name in names if name in flags.FLAGS}
+
+
 def main() -> None:
-  script, commands = json.load(sys.stdin)
+  script, request = json.load(sys.stdin)
   importlib.import_module(f"scripts.{script}")
-  print(json.dumps(problems_of(commands)))
+  if "--defaults" in sys.argv[1:]:
+    print(json.dumps(defaults_of(request)))
+  else:
+    print(json.dumps(problems_of(request)))
 
 
 if __name__ == "__main__":

@@ -96,3 +96,80 @@ def flag_problems(commands: Sequence[Command]) -> List[str]:
       continue
     problems.extend(json.loads(result.stdout.strip().splitlines()[-1]))
   return problems
+
+
+# `--flag` (default `value` ...), `--flag=value` (the default), and a value a
+# sentence names after its flag: "`--flag`: `a` (the default) ...".
+_FLAG = re.compile(r"`--(\w+)(?:=([^`]*))?`")
+_DEFAULT_AFTER_FLAG = re.compile(r"\s*\((?:the )?default(?::| is)?\s*(?:`([^`]+)`|([\w.\-]+))?[),;]")
+_VALUE_THE_DEFAULT = re.compile(r"`([^`]+)` \((?:the )?default\)")
+
+
+@dataclasses.dataclass(frozen=True)
+class StatedDefault:
+  flag: str
+  value: str
+  where: str
+
+
+def stated_defaults(text: str, name: str = "README.md") -> List[StatedDefault]:
+  """Every flag default a Markdown text states, outside code blocks: the
+  value in "(default ...)" right after a flag, a `--flag=value` followed by
+  "(the default)", or "`value` (the default)" after its flag in a paragraph."""
+  outside = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+  stated = []
+  offset = 0
+  for paragraph in re.split(r"\n\s*\n", outside):
+    start = outside.index(paragraph, offset)
+    offset = start + len(paragraph)
+    line = lambda at: f"{name}:{outside.count(chr(10), 0, start + at) + 1}"
+    flags_at = list(_FLAG.finditer(paragraph))
+    for match in flags_at:
+      after = _DEFAULT_AFTER_FLAG.match(paragraph, match.end())
+      value = match.group(2) if match.group(2) is not None else (
+          after and (after.group(1) or after.group(2)))
+      if after and value:
+        stated.append(StatedDefault(match.group(1), value.strip(), line(match.start())))
+    for match in _VALUE_THE_DEFAULT.finditer(paragraph):
+      before = [f for f in flags_at if f.end() <= match.start()]
+      if before and not match.group(1).startswith("--"):
+        stated.append(StatedDefault(before[-1].group(1), match.group(1),
+                                    line(match.start())))
+  return stated
+
+
+def _same_value(stated: str, default: str) -> bool:
+  try:
+    return float(stated) == float(default)
+  except ValueError:
+    return stated.strip().lower() == default.strip().lower()
+
+
+def default_problems(stated: Sequence[StatedDefault],
+                     scripts: Sequence[str] = ("compare", "train_federated",
+                                               "train_centralized", "recommend",
+                                               "export", "evaluate")) -> List[str]:
+  """One line per stated default that is not the flag's: its absl default,
+  or for a flag without one (the family decides), a value its help gives."""
+  found: Dict[str, list] = {}
+  for script in scripts:
+    missing = sorted({s.flag for s in stated} - set(found))
+    if not missing:
+      break
+    result = subprocess.run([sys.executable, "-m", "tests.check_script_flags", "--defaults"],
+                            input=json.dumps([script, missing]), capture_output=True,
+                            text=True, cwd=script_runs.ROOT, check=True)
+    found.update(json.loads(result.stdout.strip().splitlines()[-1]))
+  problems = []
+  for s in stated:
+    if s.flag not in found:
+      problems.append(f"{s.where}: --{s.flag} is no script's flag")
+      continue
+    default, help_text = found[s.flag]
+    ok = (_same_value(s.value, default) if default is not None else
+          re.search(r"default[^)]*(?<![\w.])" + re.escape(s.value) + r"(?![\w.])",
+                    help_text))
+    if not ok:
+      problems.append(f"{s.where}: --{s.flag} stated default '{s.value}', the flag's is "
+                      + (f"'{default}'" if default is not None else f"'{help_text}'"))
+  return problems

@@ -40,7 +40,7 @@ def test_commands_are_found_in_code_blocks_and_inline_code():
 def test_the_readme_shows_every_script():
   shown = {command.script for command in _COMMANDS}
   scripts = {name[:-3] for name in os.listdir(os.path.join(ROOT, "scripts"))
-             if name.endswith(".py") and name not in ("__init__.py", "cli.py")}
+             if name.endswith(".py") and name not in ("__init__.py", "cli.py", "console.py")}
   assert scripts <= shown, f"scripts without an example: {sorted(scripts - shown)}"
 
 
@@ -66,3 +66,30 @@ def test_every_make_target_the_readme_names_exists():
   targets = set(readme_commands.make_targets(_read("Makefile")))
   named = set(readme_commands.make_targets_named(_read("README.md")))
   assert named <= targets, f"README names missing targets: {sorted(named - targets)}"
+
+
+def test_stated_defaults_are_found_in_their_three_forms():
+  text = ("Labels by `--xc_label_assignment`:\n`all` (the default) makes one example...\n\n"
+          "The margin `--hinge_margin` (default `0.5`), and `--patience=5` (the default);\n"
+          "`--seed` defaults nowhere here.\n\n```\n--patience (default 9)\n```\n")
+  assert sorted((s.flag, s.value, s.where)
+                for s in readme_commands.stated_defaults(text)) == [
+      ("hinge_margin", "0.5", "README.md:4"), ("patience", "5", "README.md:4"),
+      ("xc_label_assignment", "all", "README.md:2")]
+
+
+def test_a_stated_default_that_is_not_the_flags_is_reported():
+  # The sentence README.md once had: the code's default is `sample`.
+  text = "dealt to clients by their label (`--xc_label_assignment`):\n`all` (the default)."
+  assert readme_commands.default_problems(readme_commands.stated_defaults(text)) == [
+      "README.md:2: --xc_label_assignment stated default 'all', the flag's is 'sample'"]
+
+
+def test_every_default_the_readme_and_docs_state_is_the_flags():
+  stated = readme_commands.stated_defaults(_read("README.md"))
+  docs = os.path.join(ROOT, "docs")
+  for root, _, names in os.walk(docs):
+    for name in sorted(n for n in names if n.endswith(".md")):
+      path = os.path.join(root, name)
+      stated += readme_commands.stated_defaults(_read(path), os.path.relpath(path, ROOT))
+  assert readme_commands.default_problems(stated) == []

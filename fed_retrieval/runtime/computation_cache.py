@@ -18,11 +18,16 @@ disposed is never reused. It keeps the `max_computations` most recently run
 (a program that built a new computation every call would otherwise pile up
 their values in the worker); a value dropped from it is disposed in the
 worker as TFF disposes any other.
+
+A value Python frees after its worker stopped (at a program's exit, the last
+round's state) has nothing left to free there: its dispose call is dropped
+instead of printing TFF's finalizer traceback ("Connection refused").
 """
 
 import collections
 from typing import Any, Tuple
 
+import grpc
 import tensorflow_federated as tff
 
 
@@ -59,3 +64,9 @@ class ComputationCachingRemoteExecutor(tff.framework.RemoteExecutor):
   def close(self) -> None:
     self._computations.clear()
     super().close()
+
+  def _dispose(self, value_ref, value_executor_id) -> None:
+    try:
+      super()._dispose(value_ref, value_executor_id)  # pylint: disable=protected-access
+    except grpc.RpcError:  # The worker stopped: nothing of it left to free.
+      pass
