@@ -29,6 +29,8 @@ import os
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
+from fed_retrieval.reports import page_flag
+from fed_retrieval.reports import result_files
 from fed_retrieval.reports import throughput
 from fed_retrieval.training import federated_flags
 from fed_retrieval.training import run_directory
@@ -111,6 +113,8 @@ def main(argv) -> None:
   report = throughput.report(rows)
   print(throughput.markdown_table(rows))
   print(json.dumps(report, indent=2))
+  result_files.write_report_page(page_flag.PAGE.value, "Throughput", report,
+                                 throughput.markdown_table(rows))
   if _OUTPUT.value:
     run_directory.write_json(_OUTPUT.value, report)
 
@@ -120,4 +124,5 @@ if __name__ == "__main__":
       *registry.help_groups(),
       *federated_flags.ALL_FLAGS,
       ("Benchmark", None, (_TIMED_ROUNDS, _WARMUP_ROUNDS, _STEPS_PER_EXECUTION,
-                           _MNIST_SHAPED, _LOCAL_WORKERS, _BREAKDOWN, _REPEATS, _OUTPUT))])
+                           _MNIST_SHAPED, _LOCAL_WORKERS, _BREAKDOWN, _REPEATS, _OUTPUT,
+                           page_flag.PAGE))])

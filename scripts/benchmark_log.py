@@ -14,6 +14,8 @@ from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
 from fed_retrieval.reports import log_benchmark
+from fed_retrieval.reports import page_flag
+from fed_retrieval.reports import result_files
 
 _ROWS = flags.DEFINE_integer("rows", 25_000_000, "Events in the log.")
 _USERS = flags.DEFINE_integer("users", 250_000, "Distinct users.")
@@ -26,8 +28,10 @@ def main(argv) -> None:
   del argv
   if not os.path.isfile(_LOG_PATH.value):
     log_benchmark.write_log(_LOG_PATH.value, _ROWS.value, _USERS.value, _ITEMS.value)
-  print(json.dumps(log_benchmark.measure(_LOG_PATH.value), indent=2))
+  report = log_benchmark.measure(_LOG_PATH.value)
+  print(json.dumps(report, indent=2))
+  result_files.write_report_page(page_flag.PAGE.value, "Reading an interaction log", report)
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[page_flag.HELP_GROUP])

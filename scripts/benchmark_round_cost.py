@@ -16,6 +16,8 @@ from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
 from fed_retrieval.algorithms import fedaws
+from fed_retrieval.reports import page_flag
+from fed_retrieval.reports import result_files
 from fed_retrieval.reports import round_cost_benchmark
 
 _NUM_CLASSES = flags.DEFINE_integer("num_classes", 10_000, "Classes (table rows).")
@@ -34,12 +36,13 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds after one warm-up.")
 
 def main(argv) -> None:
   del argv
-  print(json.dumps(round_cost_benchmark.round_benchmark(
+  report = round_cost_benchmark.round_benchmark(
       _NUM_CLASSES.value, _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
-      _NUM_FEATURES.value,
-      _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
-      repeats=_REPEATS.value), indent=2))
+      _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
+      repeats=_REPEATS.value)
+  print(json.dumps(report, indent=2))
+  result_files.write_report_page(page_flag.PAGE.value, "Sub-model round cost", report)
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[page_flag.HELP_GROUP])

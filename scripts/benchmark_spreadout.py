@@ -12,6 +12,8 @@ import json
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
+from fed_retrieval.reports import page_flag
+from fed_retrieval.reports import result_files
 from fed_retrieval.reports import spreadout_benchmark
 from losses import class_spreadout
 
@@ -28,10 +30,12 @@ _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed steps (the fastest counts).
 def main(argv) -> None:
   del argv
   updated = _UPDATED.value or _NUM_CLASSES.value
-  print(json.dumps(spreadout_benchmark.spreadout_step_benchmark(
-      _NUM_CLASSES.value, _DIM.value, updated, _K.value, _MODE.value, _REPEATS.value),
-      indent=2))
+  report = spreadout_benchmark.spreadout_step_benchmark(
+      _NUM_CLASSES.value, _DIM.value, updated, _K.value, _MODE.value, _REPEATS.value)
+  print(json.dumps(report, indent=2))
+  result_files.write_report_page(page_flag.PAGE.value, "FedAwS's server spreadout step",
+                                 report)
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[page_flag.HELP_GROUP])

@@ -16,13 +16,13 @@ command and the commit that made it), curves.png (validation curves) and,
 where clients move bytes, quality_vs_bytes.png.
 """
 
-import shlex
 import sys
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
 from fed_retrieval.reports import comparison
+from fed_retrieval.reports import result_files
 from fed_retrieval.training import centralized_flags
 from fed_retrieval.training import federated_flags
 from fed_retrieval.training import run_directory
@@ -43,8 +43,8 @@ def main(argv) -> None:
   settings = centralized_flags.with_centralized_flags(family.settings_from_flags())
   output_dir = run_flags.OUTPUT_DIR.value
   rows = comparison.run_comparison(family, settings, output_dir, _REFERENCES_DIR.value)
-  command = "python -m scripts.compare " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-  print(comparison.write_reports(rows, family, settings, output_dir, command))
+  print(comparison.write_reports(rows, family, settings, output_dir,
+                                 result_files.command_line()))
   print(f"comparison: {run_directory.contents_line(output_dir)}", file=sys.stderr)
 
 

@@ -4,9 +4,12 @@ machine's cores, the date) above its table and plots."""
 
 import csv
 import datetime
+import json
 import os
+import shlex
 import subprocess
-from typing import Any, Dict, Sequence
+import sys
+from typing import Any, Dict, Optional, Sequence
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,6 +33,39 @@ def page(title: str, command: str, table: str, images: Sequence[str] = ()) -> st
       f"{datetime.date.today().isoformat()}.")
   return (f"# {title}\n\n{made}\n\n{table}\n" +
           "".join(f"![{name}]({name})\n" for name in images))
+
+
+def command_line() -> str:
+  """This program as one would type it: `python -m scripts.X ARGS`."""
+  spec = getattr(sys.modules["__main__"], "__spec__", None)
+  program = (f"python -m {spec.name}" if spec is not None
+             else os.path.basename(sys.argv[0]))
+  return " ".join([program, *(shlex.quote(a) for a in sys.argv[1:])])
+
+
+def report_table(report: Dict[str, Any]) -> str:
+  """A JSON report as a two-column markdown table, nested keys joined by '.'."""
+  def rows(value, prefix=""):
+    if isinstance(value, dict):
+      for key, item in value.items():
+        yield from rows(item, f"{prefix}{key}.")
+    else:
+      yield prefix[:-1], value
+  lines = ["| figure | value |", "|---|---|"]
+  lines += [f"| {key} | {json.dumps(value) if not isinstance(value, str) else value} |"
+            for key, value in rows(report)]
+  return "\n".join(lines) + "\n"
+
+
+def write_report_page(path: Optional[str], title: str, report: Dict[str, Any],
+                      table: Optional[str] = None) -> None:
+  """A benchmark's page at `path` (None: none): what made it, then `table`
+  (default: every figure of `report`)."""
+  if not path:
+    return
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    f.write(page(title, command_line(), table or report_table(report)))
 
 
 def write_results(rows: Sequence[Dict[str, Any]], columns: Sequence[str],
