@@ -1,44 +1,40 @@
 """The federated flags as the scripts read them (in a child process: absl's flags are global)."""
 
-import json
-import subprocess
-import sys
+import dataclasses
 
+from absl import flags
 import pytest
 
-from tests.script_runs import ROOT
-
-RESOLVE = """
-import dataclasses, json, sys
-from absl import flags
 from tasks import registry
 from tasks.xc.settings import XCSettings
-loss = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--resolve_loss=")]
-flags.FLAGS(["prog", *[a for a in sys.argv[1:] if not a.startswith("--resolve_loss=")]])
-try:
+from tests import flag_child
+
+# Which loss's FedAvg a MovieLens resolution builds (`resolve`).
+flags.DEFINE_string("resolve_loss", "global_softmax", "The loss `resolve` builds FedAvg for.")
+
+
+def resolve():
+  """The family's settings of the parsed flags (in `flag_child`'s child); with
+  --resolve_loss, MovieLens's FedAvg of that loss as its job builds it."""
   family = registry.from_flags()
   settings = family.settings_from_flags()
   if family.name == "movielens":  # FedAvg of the loss, as its job builds it.
-    fedavg = settings.fedavg_for((loss or ["global_softmax"])[0])
+    fedavg = settings.fedavg_for(flags.FLAGS.resolve_loss)
     fedavg.check_loop(settings.loop)
-    config = {**dataclasses.asdict(fedavg), **dataclasses.asdict(settings.loop)}
-  else:
-    if isinstance(settings, XCSettings):  # What the one run checks first.
-      settings.check(settings.algorithm)
-    config = dataclasses.asdict(settings)
-  print(json.dumps(config))
-except ValueError as e:
-  print(json.dumps({"error": str(e)}))
-"""
+    return {**dataclasses.asdict(fedavg), **dataclasses.asdict(settings.loop)}
+  if isinstance(settings, XCSettings):  # What the one run checks first.
+    settings.check(settings.algorithm)
+  return dataclasses.asdict(settings)
+
+
+_CHILD = flag_child.FlagChild("tests.test_federated_flags:resolve")
 
 
 def resolved(*argv):
   """The family's settings the flags give (on the small presets' data)."""
   data = {"--task=xc": "--synthetic_xc=xc_tiny", "--task=pu": "--pu_data=digits"}
   argv = [next((d for t, d in data.items() if t in argv), "--synthetic=small"), *argv]
-  result = subprocess.run([sys.executable, "-c", RESOLVE, *argv], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
-  return json.loads(result.stdout.strip().splitlines()[-1])
+  return _CHILD(*argv)
 
 
 def resolved_loss(loss, *argv):

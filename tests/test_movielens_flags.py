@@ -1,29 +1,22 @@
 """The model flags as a script reads them (in a child process: absl's flags are global)."""
 
-import json
-import subprocess
-import sys
+import dataclasses
 
 import pytest
 
 from losses import registry
-from tests.script_runs import ROOT
-
-RESOLVE = """
-import dataclasses, json, sys
-from absl import flags
 from tasks.movielens import flags as model_flags
-flags.FLAGS(["prog", *sys.argv[1:]])
-print(json.dumps({loss: dataclasses.asdict(
-    model_flags.objective_config_from_flags(loss).build().spreadout)
-    for loss in ("hinge_spreadout", "batch_softmax_spreadout")}))
-"""
+from tests import flag_child
 
 
-def resolved_spreadout(*argv):
-  result = subprocess.run([sys.executable, "-c", RESOLVE, *argv], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
-  return json.loads(result.stdout.strip().splitlines()[-1])
+def resolve():
+  """Each spreadout loss's spreadout as the parsed flags build it (in the child)."""
+  return {loss: dataclasses.asdict(
+      model_flags.objective_config_from_flags(loss).build().spreadout)
+          for loss in ("hinge_spreadout", "batch_softmax_spreadout")}
+
+
+resolved_spreadout = flag_child.FlagChild("tests.test_movielens_flags:resolve")
 
 
 @pytest.mark.parametrize("argv,hinge,batch", [
