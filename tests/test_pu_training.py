@@ -104,8 +104,8 @@ def test_fedpu_beats_positive_only_without_overlap(tff_context, tmp_path):
 
 def test_local_work_is_sized_to_the_clients_data():
   settings = PUSettings(pu_task.PUTaskConfig())
-  small = types.SimpleNamespace(mean_client_points=lambda: 130.0)
-  large = types.SimpleNamespace(mean_client_points=lambda: 720.0)
+  small = types.SimpleNamespace(mean_client_points=lambda: 130.0, num_clients=lambda: 10)
+  large = types.SimpleNamespace(mean_client_points=lambda: 720.0, num_clients=lambda: 10)
   digits = settings.loop_for(small)
   assert (digits.batch_size, digits.local_epochs) == (16, 5)
   mnist = settings.loop_for(large)
@@ -113,3 +113,7 @@ def test_local_work_is_sized_to_the_clients_data():
   assert mnist.max_passes == settings.loop.max_passes
   given = dataclasses.replace(settings, size_local_work=False)  # --batch_size given.
   assert given.loop_for(large) == given.loop
+  # A share of the clients a round becomes a count of these ten.
+  shared = dataclasses.replace(settings, loop=dataclasses.replace(
+      settings.loop, clients_fraction=0.25))
+  assert shared.loop_for(small).clients_per_round == 3

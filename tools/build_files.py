@@ -34,7 +34,7 @@ DESCRIPTIONS = {
     "tools": "Developer tools.",
 }
 _SCRIPT_RUN = re.compile(r"[\"']scripts\.(\w+)[\"']")
-_NOT_BINARIES = {"__init__", "cli"}
+_NOT_BINARIES = {"__init__", "cli", "console"}
 
 
 def module_files() -> Dict[str, str]:

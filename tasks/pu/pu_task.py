@@ -150,6 +150,9 @@ class PUTask:
   def input_shape(self) -> Tuple[int, int, int]:
     return tuple(self.train.images.shape[1:])
 
+  def num_clients(self) -> int:
+    return len(self.partition.client_points)
+
   def mean_client_points(self) -> float:
     """The points a client holds, on average."""
     return float(np.mean([len(rows) for rows in self.partition.client_points.values()]))

@@ -61,7 +61,7 @@ class PUSettings:
   def loop_for(self, task: pu_task.PUTask) -> LoopConfig:
     """The loop with its local work sized to the task's clients (module
     docstring): what a run records and trains with."""
-    loop = self.loop.for_clients(len(task.partition.client_points))
+    loop = self.loop.for_clients(task.num_clients())
     if self.size_local_work and task.mean_client_points() >= PAPER_CLIENT_POINTS:
       return dataclasses.replace(loop, **PAPER_LOCAL_WORK)
     return loop
