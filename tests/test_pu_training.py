@@ -88,7 +88,7 @@ def test_fedpu_beats_positive_only_without_overlap(tff_context, tmp_path):
   task = pu_task.build_pu_task(pu_task.PUTaskConfig(setting=pu_task.SETTINGS["iid_10x1"]))
   base = PUSettings(task.config)
   settings = dataclasses.replace(base, loop=dataclasses.replace(
-      base.loop, rounds=40, eval_every=40, checkpoint_every=40))
+      base.loop, rounds=20, eval_every=20, checkpoint_every=20))
   accuracy = {}
   for method in ("fedpu", "positive_only"):
     results = federated_loop.run_federated(
