@@ -45,3 +45,16 @@ def test_map_at_r_matches_a_direct_computation():
   assert got["map@r"] == pytest.approx(expected_map, abs=1e-6)
   assert got["recall@1"] == pytest.approx(expected_recall, abs=1e-6)
   assert 0.3 < got["map@r"] < 1  # Clustered: far above chance (~1/8).
+
+
+def test_mean_pairwise_cosine_is_the_mean_over_distinct_pairs():
+  table = np.random.default_rng(0).normal(size=(7, 5)) * np.arange(1, 8)[:, None]
+  unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+  pairs = (unit @ unit.T)[np.triu_indices(7, 1)]
+  assert classification_metrics.mean_pairwise_cosine(table) == pytest.approx(pairs.mean())
+  collapsed = np.tile([[3.0, 4.0]], (5, 1)) * np.arange(1, 6)[:, None]
+  assert classification_metrics.mean_pairwise_cosine(collapsed) == pytest.approx(1.0)
+  assert classification_metrics.mean_pairwise_cosine(np.eye(4)) == pytest.approx(0.0)
+  assert classification_metrics.mean_pairwise_cosine(
+      np.array([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(-1.0)
+

@@ -5,6 +5,7 @@ import pytest
 
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
+from fed_retrieval.evaluation import classification_metrics
 from fed_retrieval.models import xc_encoder
 from tasks.xc import xc_task
 from tests.spreadout_reference import numpy_topk_step
@@ -98,12 +99,6 @@ def test_a_client_downloads_its_rows_never_the_class_table(algorithm):
   assert down == 4 * (tower + MODEL.embedding_dim)
 
 
-def mean_class_cosine(table, classes):
-  u = table[classes] / np.linalg.norm(table[classes], axis=1, keepdims=True)
-  cos = u @ u.T
-  return cos[np.triu_indices(len(classes), 1)].mean()
-
-
 def test_positive_only_collapses_while_fedaws_spreads_out():
   task = xc_task.build_xc_task(xc_task.XCTaskConfig(synthetic="xc_tiny"))
   model = xc_encoder.XCEncoderConfig(task.num_features, task.num_labels, bag_dim=16,
@@ -119,7 +114,7 @@ def test_positive_only_collapses_while_fedaws_spreads_out():
       state = process.next(state, [task.clients.training_dataset(str(c), 16, 2, round_num)
                                    for c in trained]).state
     table = np.asarray(process.get_model_weights(state).trainable[-1])
-    spread[algorithm] = mean_class_cosine(table, trained)
+    spread[algorithm] = classification_metrics.mean_pairwise_cosine(table[trained])
   # Random unit rows start near 0 mean cosine; without negatives the rows drift
   # together (measured 0.24 after 8 rounds, rising), the spreadout keeps them
   # apart (0.005).

@@ -61,12 +61,30 @@ def instance_embeddings(model: tf.keras.Model, points: PaddedPoints,
       for i in range(0, len(points), batch_size)])
 
 
+def mean_pairwise_cosine(table: np.ndarray) -> float:
+  """The mean cosine between two distinct rows of a class table: near 1 when
+  the classes have collapsed onto one direction (paper 000's positive-only
+  training pulls every class toward its clients' instances), near 0 or below
+  when they are spread out. Exact in O(C d): with unit rows u_i,
+  sum over i != j of u_i . u_j = |sum_i u_i|^2 - C."""
+  table = np.asarray(table, np.float64)
+  unit = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
+  count = len(unit)
+  if count < 2:
+    raise ValueError(f"a mean pairwise cosine needs >= 2 classes, got {count}")
+  total = unit.sum(axis=0)
+  return float((total @ total - count) / (count * (count - 1)))
+
+
 def evaluate_classifier(model: tf.keras.Model, points: PaddedPoints,
                         ks: Sequence[int] = DEFAULT_KS) -> Dict[str, Any]:
-  """P@k and R@k of an XC classifier (`xc_encoder.build_xc_classifier`)."""
-  table = scoring.l2_normalize(xc_encoder.class_table(model))
-  _, top = scoring.chunked_top_k(instance_embeddings(model, points), table, max(ks))
-  return precision_recall_at_k(top.numpy(), points.label_sets, ks)
+  """P@k and R@k of an XC classifier (`xc_encoder.build_xc_classifier`), and
+  its class table's `class_cosine` (`mean_pairwise_cosine`)."""
+  table = xc_encoder.class_table(model)
+  _, top = scoring.chunked_top_k(instance_embeddings(model, points),
+                                 scoring.l2_normalize(table), max(ks))
+  return {**precision_recall_at_k(top.numpy(), points.label_sets, ks),
+          "class_cosine": mean_pairwise_cosine(table.numpy())}
 
 
 def map_at_r(embeddings: np.ndarray, labels: np.ndarray) -> Dict[str, Any]:

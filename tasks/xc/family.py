@@ -227,7 +227,8 @@ class XCFamily(family.TaskFamily):
   def columns(self, settings: XCSettings) -> List[Tuple[str, str]]:
     if settings.task.class_split == "disjoint":
       return [("map@r", "MAP@R"), ("recall@1", "R@1")]
-    return [("precision@1", "P@1"), ("precision@3", "P@3"), ("precision@5", "P@5")]
+    return [("precision@1", "P@1"), ("precision@3", "P@3"), ("precision@5", "P@5"),
+            ("class_cosine", "class cosine")]
 
   def headline(self, settings: XCSettings) -> str:
     return _headline(settings.task)
