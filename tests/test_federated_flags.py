@@ -21,7 +21,8 @@ def resolve():
   if family.name == "movielens":  # FedAvg of the loss, as its job builds it.
     fedavg = settings.fedavg_for(flags.FLAGS.resolve_loss)
     fedavg.check_loop(settings.loop)
-    return {**dataclasses.asdict(fedavg), **dataclasses.asdict(settings.loop)}
+    return {**dataclasses.asdict(fedavg), **dataclasses.asdict(settings.loop),
+            "fedss": dataclasses.asdict(settings.fedss)}
   if isinstance(settings, XCSettings):  # What the one run checks first.
     settings.check(settings.algorithm)
   return dataclasses.asdict(settings)
@@ -123,3 +124,11 @@ def test_xc_samples_a_share_of_its_clients_unless_given_a_count():
   assert (loop["clients_fraction"], loop["clients_per_round"]) == (0.5, 20)
   assert resolved("--task=xc", "--clients_fraction=1.5")["error"].startswith(
       "--clients_fraction must be in (0, 1]")
+
+
+def test_fedss_rows_average_over_the_rounds_clients_in_xc_and_their_holders_in_movielens():
+  assert resolved("--task=xc")["fedss"]["row_mean"] == "clients"
+  assert resolved()["fedss"]["row_mean"] == "holders"
+  assert resolved("--row_mean=clients")["fedss"]["row_mean"] == "clients"
+  assert resolved("--task=xc", "--row_mean=holders")["fedss"]["row_mean"] == "holders"
+

@@ -44,7 +44,8 @@ def command_line() -> str:
 
 
 def report_table(report: Dict[str, Any]) -> str:
-  """A JSON report as a two-column markdown table, nested keys joined by '.'."""
+  """A JSON report as a two-column markdown table, nested keys joined by '.',
+  floats to 4 significant digits."""
   def rows(value, prefix=""):
     if isinstance(value, dict):
       for key, item in value.items():
@@ -52,8 +53,9 @@ def report_table(report: Dict[str, Any]) -> str:
     else:
       yield prefix[:-1], value
   lines = ["| figure | value |", "|---|---|"]
-  lines += [f"| {key} | {json.dumps(value) if not isinstance(value, str) else value} |"
-            for key, value in rows(report)]
+  shown = lambda v: (v if isinstance(v, str) else f"{v:.4g}" if isinstance(v, float)
+                     else json.dumps(v))
+  lines += [f"| {key} | {shown(value)} |" for key, value in rows(report)]
   return "\n".join(lines) + "\n"
 
 

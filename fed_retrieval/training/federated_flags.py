@@ -174,10 +174,10 @@ LOG_Q = flags.DEFINE_bool(
     "log_q", _FEDSS.log_q,
     "FedSS: subtract log(sampling probability) from the negatives' logits.")
 ROW_MEAN = flags.DEFINE_enum(
-    "row_mean", _FEDSS.row_mean, list(sub_model.ROW_MEANS),
+    "row_mean", None, list(sub_model.ROW_MEANS),
     "FedSS: a class row's update is the mean over the clients that held it "
     "(holders) or FedAvg's example-weighted mean over every client of the round "
-    "(clients).")
+    f"(clients) (default: xc {_FEDSS.row_mean}, movielens holders).")
 HINGE_MARGIN = flags.DEFINE_float(
     "hinge_margin", _FEDAWS.hinge_margin,
     "FedAwS: the cosine margin of its clients' positive squared hinge.")
