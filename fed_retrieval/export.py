@@ -7,22 +7,29 @@ An export directory holds:
   (row 0 is padding and never retrieved);
 - `item_ids.npy`: the log's id of every row [V], integers or text (an
   export written before dense ids has none and is read as row = item id);
-- `index/`: a `tfrs.layers.factorized_top_k.BruteForce` SavedModel for
-  serving: the log's item ids of a context ([B, L] int64, or strings for text
-  ids; most recent first, padded with 0 or ''; unknown ids are ignored) ->
-  top-k scores and item ids (k fixed at export);
-- `export.json`: vocabulary size, context length, k and the model config.
+- `index/` (brute-force exports): a `tfrs.layers.factorized_top_k.BruteForce`
+  SavedModel for serving: the log's item ids of a context ([B, L] int64, or
+  strings for text ids; most recent first, padded with 0 or ''; unknown ids are
+  ignored) -> top-k scores and item ids (k fixed at export);
+- `approximate_index/` (approximate exports): a faiss IVF index over the item
+  rows 1.. (`top_k_index`), its parameters and the recall@k it reached against
+  the exact top-k on the query tower's embeddings of random item contexts;
+- `export.json`: k, the model config and the index's `IndexInfo`.
+
+`load_export(dir).top_k(contexts, k)` answers with either index; `--index=auto`
+picks the approximate one from `top_k_index.APPROXIMATE_FROM` items up.
 """
 
 import dataclasses
 import json
 import os
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
+from fed_retrieval import top_k_index
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.models.xc_encoder import XCEncoderConfig
@@ -31,6 +38,8 @@ from tasks.movielens import item_vocabulary
 from tasks.movielens.item_vocabulary import ItemVocabulary
 
 EXPORT_INFO = "export.json"
+APPROXIMATE_INDEX = "approximate_index"
+CALIBRATION_CONTEXTS = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +51,7 @@ class RetrievalExport:
   query_tower: tf.keras.Model
   item_embeddings: np.ndarray
   items: ItemVocabulary
+  index_info: top_k_index.IndexInfo
 
   def scores(self, contexts: tf.Tensor) -> tf.Tensor:
     """Scores [B, V] of contexts against every item, as the training model gives."""
@@ -49,7 +59,32 @@ class RetrievalExport:
                                     tf.constant(self.item_embeddings))
 
   def load_index(self):
+    """The brute-force TFRS SavedModel (item ids of a context -> top-k ids)."""
     return tf.saved_model.load(os.path.join(self.directory, "index"))
+
+  def item_index(self, kind: str = top_k_index.AUTO) -> top_k_index.TopKIndex:
+    """The index over the item rows 1.. (`auto`: the one exported); an
+    approximate one only if the export holds it."""
+    kind = self.index_info.kind if kind == top_k_index.AUTO else kind
+    table = self.item_embeddings[1:]
+    if kind == "brute_force":
+      return top_k_index.BruteForceIndex(table)
+    if self.index_info.kind != kind:
+      raise ValueError(f"--model_dir={self.directory} holds no {kind} index (it was "
+                       f"exported with --index={self.index_info.kind}): export "
+                       f"again with --index={kind}")
+    return top_k_index.load(os.path.join(self.directory, APPROXIMATE_INDEX), table)
+
+  def top_k(self, contexts: np.ndarray, k: int, kind: str = top_k_index.AUTO
+            ) -> Tuple[np.ndarray, np.ndarray]:
+    """(scores [B, k], dense item rows [B, k]) of contexts [B, L] of dense rows;
+    a row of 0 (with score -inf) where an approximate index found fewer."""
+    if not 1 <= k <= self.items.num_items:
+      raise ValueError(f"--k={k} must lie in [1, {self.items.num_items}] "
+                       "(the model's items)")
+    scores, rows = self.item_index(kind).search(
+        self.query_tower(tf.constant(contexts)).numpy(), k)
+    return scores, np.where(rows < 0, -1, rows) + 1
 
 
 def query_tower_on_item_ids(query_tower: tf.keras.Model, items: ItemVocabulary,
@@ -75,15 +110,29 @@ def _brute_force_index(query_tower: tf.keras.Model, item_embeddings: np.ndarray,
   return index
 
 
+def _calibration_queries(query_tower: tf.keras.Model, num_items: int,
+                         max_context_length: int, seed: int = 0) -> np.ndarray:
+  """The query tower on contexts of uniformly random items: queries for the
+  approximate index's nprobe when no data is at hand (`evaluate` states the
+  recall on the test contexts)."""
+  contexts = np.random.default_rng(seed).integers(
+      1, num_items + 1, [CALIBRATION_CONTEXTS, max_context_length], dtype=np.int32)
+  return query_tower(tf.constant(contexts)).numpy()
+
+
 def export_model(model: tf.keras.Model, config: dual_encoder.DualEncoderConfig,
-                 items: ItemVocabulary, export_dir: str, k: int = 10) -> str:
-  """Writes the export directory; it appears whole or not at all."""
+                 items: ItemVocabulary, export_dir: str, k: int = 10,
+                 index: str = top_k_index.AUTO,
+                 target_recall: float = top_k_index.TARGET_RECALL) -> str:
+  """Writes the export directory; it appears whole or not at all. `index`:
+  brute_force, approximate or auto (by the number of items)."""
   if items.size != config.vocabulary_size:
     raise ValueError(f"{items.num_items} item ids for a model of "
                      f"{config.vocabulary_size - 1} items")
   if not 1 <= k < config.vocabulary_size:
     raise ValueError(f"--k={k} must lie in [1, {config.vocabulary_size - 1}] "
                      "(the number of items)")
+  kind = top_k_index.resolve_kind(index, items.num_items)
   with atomic_output.staged_directory(export_dir, "export_dir",
                                       replace=True) as staging:
     query = dual_encoder.query_tower(model)
@@ -91,13 +140,24 @@ def export_model(model: tf.keras.Model, config: dual_encoder.DualEncoderConfig,
     query.save(os.path.join(staging, "query_tower"), include_optimizer=False)
     np.save(os.path.join(staging, "item_embeddings.npy"), embeddings)
     items.save(staging)
-    index = _brute_force_index(query, embeddings, items, k,
-                               config.max_context_length)
-    index(tf.constant(np.full([1, config.max_context_length],  # Build before save.
-                              items.ids[0], items.ids.dtype)))
-    tf.saved_model.save(index, os.path.join(staging, "index"))
+    if kind == "brute_force":
+      serving = _brute_force_index(query, embeddings, items, k, config.max_context_length)
+      serving(tf.constant(np.full([1, config.max_context_length],  # Build, then save.
+                                  items.ids[0], items.ids.dtype)))
+      tf.saved_model.save(serving, os.path.join(staging, "index"))
+      info = top_k_index.BruteForceIndex(embeddings[1:]).info
+    else:
+      approximate = top_k_index.ApproximateIndex.build(
+          embeddings[1:], _calibration_queries(query, items.num_items,
+                                               config.max_context_length),
+          k=k, target_recall=target_recall,
+          calibrated_on=f"the query tower on {CALIBRATION_CONTEXTS} contexts of "
+          "random items")
+      approximate.save(os.path.join(staging, APPROXIMATE_INDEX))
+      info = approximate.info
     with open(os.path.join(staging, EXPORT_INFO), "w") as f:
-      json.dump({"k": k, "model_config": json.loads(config.to_json())}, f, indent=2)
+      json.dump({"k": k, "model_config": json.loads(config.to_json()),
+                 "index": dataclasses.asdict(info)}, f, indent=2)
   return export_dir
 
 
@@ -121,8 +181,10 @@ def load_export(export_dir: str,
   embeddings = np.load(os.path.join(export_dir, "item_embeddings.npy"))
   query = tf.keras.models.load_model(os.path.join(export_dir, "query_tower"),
                                      compile=False)
+  index_info = (top_k_index.IndexInfo(**info["index"]) if "index" in info else
+                top_k_index.BruteForceIndex(embeddings[1:]).info)  # Older exports.
   return RetrievalExport(export_dir, config, int(info["k"]), query, embeddings,
-                         items)
+                         items, index_info)
 
 
 def export_xc_classifier(model: tf.keras.Model, config: XCEncoderConfig,

@@ -1,6 +1,8 @@
 r"""Exports a training run's checkpoint: query tower, item embeddings, top-k index.
 
   python -m scripts.export --run_dir=runs/central_small --export_dir=/tmp/export --k=10
+  python -m scripts.export --run_dir=runs/shop --export_dir=runs/shop/export_ann \
+      --index=approximate --index_recall=0.95
 """
 
 import json
@@ -10,6 +12,7 @@ from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
 from fed_retrieval import export
+from fed_retrieval import index_flags
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.training import run_directory
 from fed_retrieval.training.centralized_loop import CHECKPOINT
@@ -37,8 +40,10 @@ def main(argv) -> None:
   model = dual_encoder.build_dual_encoder(config)
   model.load_weights(checkpoint).expect_partial()
   print(export.export_model(model, config, item_vocabulary.load(_RUN_DIR.value),
-                            _EXPORT_DIR.value, _K.value))
+                            _EXPORT_DIR.value, _K.value, index_flags.INDEX.value,
+                            index_flags.INDEX_RECALL.value))
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, help_groups=[("Top-k index", None, (index_flags.INDEX,
+                                                    index_flags.INDEX_RECALL))])

@@ -14,9 +14,9 @@ from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
 import numpy as np
-import tensorflow as tf
 
 from fed_retrieval import export
+from fed_retrieval import index_flags
 from tasks.movielens import item_flags
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "An export directory.")
@@ -28,9 +28,10 @@ flags.mark_flags_as_required(["model_dir", "history"])
 
 
 def recommend(exported: export.RetrievalExport, history, k: int,
-              include_history: bool = False):
+              include_history: bool = False, index: str = "auto"):
   """[(item id, score)] best first for a history of the data's item ids (most
-  recent last)."""
+  recent last), from the export's top-k index (`index`: auto, brute_force or
+  approximate)."""
   rows = exported.items.rows(history, what="--history: item id")
   num_items = exported.items.num_items
   if not 1 <= k <= num_items:
@@ -39,12 +40,13 @@ def recommend(exported: export.RetrievalExport, history, k: int,
   recent_first = list(reversed(rows))[:length]
   context = np.zeros([1, length], np.int32)
   context[0, :len(recent_first)] = recent_first
-  scores = exported.scores(tf.constant(context)).numpy()[0]
-  if not include_history:
-    scores[rows] = -np.inf
-  top = np.argsort(-scores, kind="stable")[:k]
-  return [(item.item(), float(scores[row]))
-          for item, row in zip(exported.items.ids_of_rows(top), top)]
+  excluded = set() if include_history else set(rows)
+  scores, found = exported.top_k(context, min(k + len(excluded), num_items), index)
+  kept = [(row, score) for row, score in zip(found[0], scores[0])
+          if row > 0 and row not in excluded][:k]
+  top = np.array([row for row, _ in kept], np.int64)
+  return [(item.item(), float(score))
+          for item, (_, score) in zip(exported.items.ids_of_rows(top), kept)]
 
 
 def main(argv) -> None:
@@ -52,7 +54,8 @@ def main(argv) -> None:
   exported = export.load_export(_MODEL_DIR.value)
   history = exported.items.parse(_HISTORY.value, "--history").tolist()
   names = item_flags.item_names_from_flags()
-  recommendations = recommend(exported, history, _K.value, _INCLUDE_HISTORY.value)
+  recommendations = recommend(exported, history, _K.value, _INCLUDE_HISTORY.value,
+                              index_flags.INDEX.value)
   width = max([6] + [len(str(i)) for i in history + [i for i, _ in recommendations]])
   if names:  # Echo the history, so a typo in an id shows as the wrong item.
     print("history (most recent last):")
@@ -65,4 +68,5 @@ def main(argv) -> None:
 
 if __name__ == "__main__":
   cli.run(main, help_groups=[("Item names", None, (
-      item_flags.ITEMS_PATH, item_flags.ITEM_ID_COLUMN, item_flags.ITEM_NAME_COLUMN))])
+      item_flags.ITEMS_PATH, item_flags.ITEM_ID_COLUMN, item_flags.ITEM_NAME_COLUMN)),
+      index_flags.HELP_GROUP])

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from fed_retrieval import export
+from fed_retrieval.evaluation import retrieval_evaluation
 from losses.registry import ObjectiveConfig
 from tasks.movielens import movielens_task
 from tests.configs import movielens_centralized_job
@@ -118,6 +119,45 @@ def test_evaluate_job_agrees_with_training(trained_run, tmp_path):
   assert unknown.returncode == 2
   assert unknown.stderr.strip().splitlines()[-1].startswith(
       "error: --history: item id 4000 is not one of the 400 items the model knows")
+
+
+def test_an_approximate_export_states_its_recall_and_serves(small_task, trained_run,
+                                                           tmp_path):
+  output_dir, _, results = trained_run
+  approximate = str(tmp_path / "approximate")
+  exported = run_script("export", f"--run_dir={output_dir}", f"--export_dir={approximate}",
+                        "--index=approximate", "--index_recall=0.99")
+  assert exported.returncode == 0, exported.stderr
+  loaded = export.load_export(approximate, small_task.items)
+  info = loaded.index_info
+  assert info.kind == "approximate" and info.num_rows == 400
+  assert info.recall["recall@10"] >= 0.99 and 1 <= info.params["nprobe"] <= info.params["nlist"]
+  assert not os.path.exists(os.path.join(approximate, "index"))  # No brute-force model.
+  # The exact index through the same path: the training run's own recall.
+  test = small_task.federated_test
+  exact = loaded.item_index("brute_force")
+  same = retrieval_evaluation.index_recall(loaded.query_tower, exact, exact, test)
+  assert same["index_recall@10"] == 1.0
+  assert same["index_global_recall@10"] == pytest.approx(
+      results["test"]["global_recall@10"], abs=0.005)  # Ties count here.
+  evaluated = run_script("evaluate", f"--model_dir={approximate}", "--synthetic=small",
+                         f"--cache_dir={tmp_path}/cache", "--split=test")
+  assert evaluated.returncode == 0, evaluated.stderr
+  numbers = json.loads(evaluated.stdout)
+  assert numbers["index"]["params"] == info.params
+  assert numbers["test"]["global_recall@10"] == pytest.approx(
+      results["test"]["global_recall@10"], abs=1e-6)
+  assert numbers["test"]["index_recall@10"] >= 0.95
+  assert abs(numbers["test"]["index_global_recall@10"] -
+             numbers["test"]["global_recall@10"]) < 0.02
+  scores, rows = loaded.top_k(test.contexts[:20], 10)
+  assert (rows >= 1).all() and (np.diff(scores, axis=1) <= 0).all()
+  refused = run_script("recommend", f"--model_dir={output_dir}/export",
+                       "--history=5,9", "--index=approximate")
+  assert refused.returncode == 2
+  assert refused.stderr.strip().splitlines()[-1] == (
+      f"error: --model_dir={output_dir}/export holds no approximate index (it was "
+      "exported with --index=brute_force): export again with --index=approximate")
 
 
 @pytest.mark.parametrize("script,args,message", [

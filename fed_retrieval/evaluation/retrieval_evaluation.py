@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from fed_retrieval import top_k_index
 from fed_retrieval.evaluation import recall_metrics
 from fed_retrieval.evaluation import units
 from tasks import client_data
@@ -64,6 +65,34 @@ def evaluate(score_fn: ScoreFn, examples: Examples, ks: Sequence[int] = (1, 5, 1
     results[f"batch_recall@{k}"] = float(np.mean(batch_ranks < k))
   results["global_mean_rank"] = float(np.mean(global_ranks + 1))
   results[units.UNITS] = units.per_group(global_ranks < max(ks), shuffled.user_ids)
+  return results
+
+
+def index_recall(query_tower: tf.keras.Model, index: top_k_index.TopKIndex,
+                 exact: top_k_index.TopKIndex, examples: Examples,
+                 ks: Sequence[int] = (1, 5, 10), chunk_size: int = 1024
+                 ) -> Dict[str, float]:
+  """Of a top-k index over the item rows 1.. against `exact` (brute force over
+  the same rows), over `examples`: 'index_global_recall@k' (the true item among
+  the index's top k) and 'index_recall@k' (the share of the exact top k that the
+  index returns)."""
+  if not len(examples):
+    raise ValueError("Cannot evaluate on an empty split")
+  k_max = max(ks)
+  found, expected = [], []
+  for start in range(0, len(examples), chunk_size):
+    queries = query_tower(examples.contexts[start:start + chunk_size]).numpy()
+    found.append(index.search(queries, k_max)[1])
+    expected.append(exact.search(queries, k_max)[1])
+  found, expected = np.concatenate(found), np.concatenate(expected)
+  labels = examples.labels.reshape(-1, 1).astype(np.int64) - 1  # Index rows.
+  results = {}
+  for k in ks:
+    results[f"index_global_recall@{k}"] = float(np.mean(
+        np.any(found[:, :k] == labels, axis=1)))
+  for k in ks:
+    results[f"index_recall@{k}"] = top_k_index.overlap_recall(found[:, :k],
+                                                              expected[:, :k])
   return results
 
 
