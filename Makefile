@@ -12,7 +12,7 @@ PYTEST_WORKERS ?= 2
 .PHONY: demo compare-ml1m compare-ml1m-alt compare-xc compare-xc-alt compare-xc-fedss \
         compare-xc-real compare-xc-real-fedss compare-xc-amazoncat13k \
         compare-ml1m-fedss compare-pu compare-pu-seed1 test benchmark \
-        benchmark-spreadout benchmark-round-cost bazel clean
+        benchmark-spreadout benchmark-serving benchmark-round-cost bazel clean
 
 $(STAMP): requirements.txt requirements-tff.txt
 	$(PYTHON) -m venv $(VENV)
@@ -136,6 +136,9 @@ benchmark-round-cost: $(STAMP)
 benchmark-spreadout: $(STAMP)
 	$(PY) -m scripts.benchmark_spreadout --updated_classes=1000
 	$(PY) -m scripts.benchmark_spreadout --updated_classes=0 --repeats=1
+
+benchmark-serving: $(STAMP)
+	$(PY) -m scripts.benchmark_serving --page=docs/results/serving/results.md
 
 clean:
 	rm -rf $(VENV) runs

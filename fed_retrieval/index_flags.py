@@ -12,7 +12,7 @@ INDEX = flags.DEFINE_enum(
     "evaluate use the index the export holds.")
 INDEX_RECALL = flags.DEFINE_float(
     "index_recall", top_k_index.TARGET_RECALL,
-    "Export: the approximate index's recall@k against brute force that its "
-    "nprobe must reach on calibration queries.")
+    "The approximate index's recall@k against brute force that its nprobe must "
+    "reach on calibration queries (export, benchmark_serving).")
 
 HELP_GROUP = ("Top-k index", None, (INDEX,))  # cli.HelpGroup of its readers

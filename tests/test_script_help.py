@@ -25,12 +25,14 @@ _EXPECTED = {
                                   "centralized_eval_every_steps", "loss", "split_by",
                                   "ratings_path", "output_dir", "spreadout_weight"},
     ("prepare_movielens", None): {"ratings_path", "user_split", "output_dir"},
-    ("evaluate", None): {"model_dir", "split", "k", "ratings_path"},
-    ("export", None): {"run_dir", "export_dir", "k"},
-    ("recommend", None): {"model_dir", "history", "items_path", "item_name_column"},
+    ("evaluate", None): {"model_dir", "split", "k", "ratings_path", "index"},
+    ("export", None): {"run_dir", "export_dir", "k", "index", "index_recall"},
+    ("recommend", None): {"model_dir", "history", "items_path", "item_name_column",
+                          "index"},
     ("benchmark", None): {"rounds", "steps_per_execution", "loss", "synthetic"},
     ("benchmark_round_cost", None): {"num_classes", "num_negatives"},
     ("benchmark_spreadout", None): {"num_classes", "updated_classes"},
+    ("benchmark_serving", None): {"rows", "dim", "batches", "index_recall", "page"},
 }
 # Project flags no script reads for --task=movielens but another task does.
 _OTHER_TASKS = {"xc_train_path", "pu_data", "spreadout_lambda", "pu_surrogate"}
