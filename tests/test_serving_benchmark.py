@@ -25,7 +25,7 @@ def test_the_benchmark_reports_both_indexes_against_brute_force():
   assert brute["recall@10"] == 1.0 and brute["index_over_table"] == 1.0
   assert approximate["calibration_recall"] >= 0.9
   assert approximate["recall@10"] >= 0.8  # Held-out queries of the same mixture.
-  assert 1.0 < approximate["index_over_table"] < 1.2
+  assert 1.0 < approximate["index_over_table"] < 1.5
   for batch in (1, 32):
     key = f"queries_per_second_batch_{batch}"
     assert brute[key] > 0 and approximate[f"speedup_batch_{batch}"] == pytest.approx(

@@ -46,23 +46,25 @@ def test_the_approximate_index_reaches_and_states_its_recall():
                                       exact.search(calibration, 10)[1])
   assert recall["recall@10"] == stated >= 0.9  # ... but the target is met,
   if params["nprobe"] > 1:  # with the smallest power of two that meets it.
-    smaller = index.with_nprobe(params["nprobe"] // 2)
+    smaller = index.with_search(nprobe=params["nprobe"] // 2)
     assert smaller.info.recall == {} and top_k_index.overlap_recall(smaller.search(calibration, 10)[1],
                                       exact.search(calibration, 10)[1]) < 0.9
   # Queries it was not calibrated on, from the same distribution.
   assert top_k_index.overlap_recall(index.search(held_out, 10)[1],
                                     exact.search(held_out, 10)[1]) >= 0.85
-  assert index.memory_bytes < 1.2 * table.nbytes
+  assert index.memory_bytes < 1.5 * table.nbytes  # 16 dims: 64 bytes a row.
 
 
-def test_a_recall_of_one_is_exact_and_a_full_scan_on_any_query():
-  table, queries, others = clustered(2000), clustered(50, seed=1), clustered(50, seed=2)
+def test_a_recall_of_one_is_met_by_scanning_and_re_ranking_more():
+  table, queries = clustered(2000), clustered(50, seed=1)
   exact = top_k_index.BruteForceIndex(table)
   index = top_k_index.ApproximateIndex.build(table, queries, k=5, target_recall=1.0)
   assert index.info.recall["recall@5"] == 1.0
   np.testing.assert_array_equal(index.search(queries, 5)[1], exact.search(queries, 5)[1])
-  every_list = index.with_nprobe(index.info.params["nlist"])
-  np.testing.assert_array_equal(every_list.search(others, 5)[1],
+  # Re-ranking every row of every list is brute force, on any query.
+  everything = index.with_search(nprobe=index.info.params["nlist"], k_factor=len(table))
+  others = clustered(50, seed=2)
+  np.testing.assert_array_equal(everything.search(others, 5)[1],
                                 exact.search(others, 5)[1])
 
 

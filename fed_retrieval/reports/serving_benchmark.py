@@ -11,7 +11,7 @@ scanning most lists, and the calibrated nprobe grows to do so.
 """
 
 import time
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import psutil
@@ -21,10 +21,13 @@ from fed_retrieval import top_k_index
 MB = 2 ** 20
 
 
-def synthetic_catalog(rows: int, dim: int, seed: int = 0) -> np.ndarray:
-  """`rows` unit rows of a mixture of `rows / 100` clusters (module docstring)."""
+def synthetic_catalog(rows: int, dim: int, seed: int = 0,
+                      clusters: Optional[int] = None) -> np.ndarray:
+  """`rows` unit rows of a mixture of `clusters` (default `rows / 100`)
+  Gaussian clusters (module docstring); the centres depend on `clusters` and
+  `dim` only, so queries drawn with the table's `clusters` share its centres."""
   centres = np.random.default_rng(1_000_003).standard_normal(
-      [max(1, rows // 100), dim]).astype(np.float32)
+      [clusters or max(1, rows // 100), dim]).astype(np.float32)
   rng = np.random.default_rng(seed)
   table = centres[rng.integers(0, len(centres), rows)]
   table += rng.standard_normal([rows, dim], dtype=np.float32)
@@ -58,8 +61,9 @@ def catalog_benchmark(rows: int, dim: int, k: int = 10, batches: Sequence[int] =
                       ) -> List[Dict[str, Any]]:
   """One row per index kind on a catalog of `rows` x `dim`."""
   table = synthetic_catalog(rows, dim, seed)
-  calibration = synthetic_catalog(queries, dim, seed + 1)
-  held_out = synthetic_catalog(max(queries, max(batches)), dim, seed + 2)
+  clusters = max(1, rows // 100)
+  calibration = synthetic_catalog(queries, dim, seed + 1, clusters)
+  held_out = synthetic_catalog(max(queries, max(batches)), dim, seed + 2, clusters)
   exact = top_k_index.BruteForceIndex(table)
   exact_rows = exact.search(held_out[:queries], k)[1]
   table_mb = table.nbytes / MB
