@@ -1,9 +1,13 @@
-"""MAP@R of retrieval among evaluation points, against a direct computation."""
+"""MAP@R of retrieval among evaluation points, against a direct computation;
+P@k of a classifier through an approximate index, within the index's recall."""
 
 import numpy as np
 import pytest
 
 from fed_retrieval.evaluation import classification_metrics
+from fed_retrieval.models import scoring
+from fed_retrieval.models import xc_encoder
+from tasks.xc.xc_task import PaddedPoints
 
 
 def direct_map_at_r(embeddings, labels):
@@ -58,3 +62,34 @@ def test_mean_pairwise_cosine_is_the_mean_over_distinct_pairs():
   assert classification_metrics.mean_pairwise_cosine(
       np.array([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(-1.0)
 
+
+
+def test_p_at_k_through_an_approximate_index_is_within_its_recall():
+  config = xc_encoder.XCEncoderConfig(num_features=60, num_labels=4000, bag_dim=16)
+  model = xc_encoder.build_xc_classifier(config, seed=0)
+  rng = np.random.default_rng(0)
+
+  def points(n):
+    ids = np.stack([rng.choice(np.arange(1, 61), 5, replace=False) for _ in range(n)])
+    return PaddedPoints(ids.astype(np.int32), rng.uniform(0.1, 1, [n, 5]).astype(np.float32),
+                        [np.zeros(0, np.int64)] * n)
+
+  test, calibration = points(400), points(500)
+  # Half the points are labelled with their model's exact top 3: P@k is far from 0.
+  _, top = scoring.chunked_top_k(classification_metrics.instance_embeddings(model, test),
+                                 scoring.l2_normalize(xc_encoder.class_table(model)), 3)
+  test.label_sets[:] = [top.numpy()[i] if i % 2 else rng.choice(4000, 3, replace=False)
+                        for i in range(len(test))]
+  exact = classification_metrics.evaluate_classifier(model, test)  # auto: 4,000 rows.
+  assert not any(key.startswith("index_") for key in exact)
+  assert exact["precision@3"] > 0.45
+  approximate = classification_metrics.evaluate_classifier(
+      model, test, index="approximate", calibration_points=calibration)
+  assert approximate["class_cosine"] == exact["class_cosine"]
+  for k in (1, 3, 5):
+    recall = approximate[f"index_recall@{k}"]
+    assert 0.8 <= recall <= 1.0
+    # A top-k list that shares a share r of the exact one changes P@k by <= 1 - r.
+    assert abs(approximate[f"precision@{k}"] - exact[f"precision@{k}"]) <= 1 - recall + 1e-9
+  with pytest.raises(ValueError, match="calibration points"):
+    classification_metrics.evaluate_classifier(model, test, index="approximate")

@@ -13,11 +13,12 @@ i-th neighbour is of its class], averaged over points with R >= 1. Used when
 the test classes are disjoint from the training classes (`class_split`).
 """
 
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from fed_retrieval import top_k_index
 from fed_retrieval.evaluation import units
 from fed_retrieval.models import scoring
 from fed_retrieval.models import xc_encoder
@@ -77,14 +78,36 @@ def mean_pairwise_cosine(table: np.ndarray) -> float:
 
 
 def evaluate_classifier(model: tf.keras.Model, points: PaddedPoints,
-                        ks: Sequence[int] = DEFAULT_KS) -> Dict[str, Any]:
+                        ks: Sequence[int] = DEFAULT_KS, index: str = top_k_index.AUTO,
+                        calibration_points: Optional[PaddedPoints] = None,
+                        target_recall: float = top_k_index.TARGET_RECALL
+                        ) -> Dict[str, Any]:
   """P@k and R@k of an XC classifier (`xc_encoder.build_xc_classifier`), and
-  its class table's `class_cosine` (`mean_pairwise_cosine`)."""
+  its class table's `class_cosine` (`mean_pairwise_cosine`).
+
+  `index` (auto: by the number of classes, `top_k_index.resolve_kind`) finds
+  the top k classes: brute force, or an approximate index calibrated to
+  `target_recall` on `calibration_points`' embeddings (no labels used); then P@k and
+  R@k are through it, and 'index_recall@k' is its recall against the exact
+  top k on `points`."""
   table = xc_encoder.class_table(model)
-  _, top = scoring.chunked_top_k(instance_embeddings(model, points),
-                                 scoring.l2_normalize(table), max(ks))
-  return {**precision_recall_at_k(top.numpy(), points.label_sets, ks),
-          "class_cosine": mean_pairwise_cosine(table.numpy())}
+  unit_table = scoring.l2_normalize(table)
+  embeddings = instance_embeddings(model, points)
+  _, top = scoring.chunked_top_k(embeddings, unit_table, max(ks))
+  top = top.numpy()
+  metrics = {"class_cosine": mean_pairwise_cosine(table.numpy())}
+  if top_k_index.resolve_kind(index, int(table.shape[0])) == "brute_force":
+    return {**precision_recall_at_k(top, points.label_sets, ks), **metrics}
+  if calibration_points is None:
+    raise ValueError("an approximate index needs calibration points")
+  approximate = top_k_index.ApproximateIndex.build(
+      unit_table.numpy(), instance_embeddings(model, calibration_points), k=max(ks),
+      target_recall=target_recall, calibrated_on=f"{len(calibration_points)} training points")
+  found = approximate.search(embeddings, max(ks))[1]
+  for k in ks:
+    metrics[f"index_recall@{k}"] = top_k_index.overlap_recall(found[:, :k], top[:, :k])
+  found = np.where(found < 0, int(table.shape[0]), found)  # No class: never a hit.
+  return {**precision_recall_at_k(found, points.label_sets, ks), **metrics}
 
 
 def map_at_r(embeddings: np.ndarray, labels: np.ndarray) -> Dict[str, Any]:

@@ -97,7 +97,7 @@ def results_table(results: Sequence[Dict[str, Any]], k: int = 10,
                   batches: Sequence[int] = (1, 256)) -> str:
   """The benchmark's rows as a markdown table."""
   header = (["rows", "dim", "index", "build s", "index MB", "/ table",
-             f"recall@{k}", "nlist / nprobe"] +
+             f"recall@{k}", "nlist / nprobe / k_factor"] +
             [f"q/s batch {b}" for b in batches] + [f"speedup batch {b}" for b in batches])
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for row in results:
@@ -105,7 +105,8 @@ def results_table(results: Sequence[Dict[str, Any]], k: int = 10,
     cells = [f"{row['rows']:,}", str(row["dim"]), row["index"],
              f"{row['build_seconds']:.1f}", f"{row['index_mb']:.0f}",
              f"{row['index_over_table']:.3f}", f"{row[f'recall@{k}']:.4f}",
-             f"{params['nlist']} / {params['nprobe']}" if params else "-"]
+             f"{params['nlist']} / {params['nprobe']} / {params['k_factor']}"
+             if params else "-"]
     cells += [f"{row[f'queries_per_second_batch_{b}']:.4g}" for b in batches]
     cells += [f"{row[f'speedup_batch_{b}']:.1f}x" if f"speedup_batch_{b}" in row else "-"
               for b in batches]

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from fed_retrieval import export
+from fed_retrieval import top_k_index
 from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedaws
@@ -43,6 +44,7 @@ from tasks.xc.xc_task import XCTask
 CENTRALIZED_SETTINGS = {"sample": "centralized_one_label",
                         "all": "centralized_all_labels"}
 BASELINE = "most_frequent_labels"
+CALIBRATION_POINTS = 1000  # Training points an approximate index is calibrated on.
 
 
 def model_config_for(task: XCTask, settings: XCSettings) -> xc_encoder.XCEncoderConfig:
@@ -103,15 +105,28 @@ def round_bytes(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
           "mean_real_bytes_up_per_client": float(np.mean([u for _, u in real]))}
 
 
-def evaluation(task: XCTask) -> Callable[[tf.keras.Model, str], Dict[str, Any]]:
-  """evaluate(model, split): P@k over every class, or MAP@R among unseen
-  classes when the test classes are held out of training."""
+def _evaluation_config(task: XCTask, settings: XCSettings) -> Dict[str, Any]:
+  """The run config's part for an evaluation that is not the exact one (none
+  for brute force: a run's directory is the same as before indexes existed)."""
+  kind = top_k_index.resolve_kind(settings.index, task.num_labels)
+  return {} if kind == "brute_force" else {"evaluation": {
+      "index": kind, "index_recall": settings.index_recall}}
+
+
+def evaluation(task: XCTask, index: str = top_k_index.AUTO,
+               target_recall: float = top_k_index.TARGET_RECALL
+               ) -> Callable[[tf.keras.Model, str], Dict[str, Any]]:
+  """evaluate(model, split): P@k over every class (the top k found by `index`,
+  an approximate one calibrated on the first 1,000 training points), or MAP@R
+  among unseen classes when the test classes are held out of training."""
   splits = {"validation": task.validation, "test": task.test}
   if task.config.class_split == "disjoint":
     return lambda model, split: classification_metrics.evaluate_retrieval(
         model, splits[split])
+  calibration = task.train.subset(np.arange(min(CALIBRATION_POINTS, len(task.train))))
   return lambda model, split: classification_metrics.evaluate_classifier(
-      model, splits[split])
+      model, splits[split], index=index, calibration_points=calibration,
+      target_recall=target_recall)
 
 
 def most_frequent_labels_baseline(task: XCTask,
@@ -155,12 +170,13 @@ def federated_job(task: XCTask, settings: XCSettings, algorithm: str
                   "training": {"algorithm": dataclasses.asdict(
                       algorithm_config(task, settings, algorithm)),
                                "bag": settings.bag, "dp": settings.dp,
-                               "loop": settings.loop}},
+                               "loop": settings.loop},
+                  **_evaluation_config(task, settings)},
       build_process=lambda: build_process(task, model_config, settings, algorithm),
       clients=task.clients,
       build_server_model=lambda: xc_encoder.build_xc_classifier(model_config,
                                                                 settings.loop.seed),
-      evaluate=evaluation(task), monitored=_headline(task.config),
+      evaluate=evaluation(task, settings.index, settings.index_recall), monitored=_headline(task.config),
       export=_export(model_config),
       results={"algorithm": algorithm, "task": task.summary(),
                "partition": task.config.partition},
@@ -207,11 +223,12 @@ def centralized_job(task: XCTask, settings: XCSettings, label_assignment: str
                   "task_fingerprint": xc_task.fingerprint(task, points, targets),
                   "model": dataclasses.asdict(model_config),
                   "training": {"label_assignment": label_assignment,
-                               "centralized": settings.centralized}},
+                               "centralized": settings.centralized},
+                  **_evaluation_config(task, settings)},
       build_model=lambda: xc_encoder.build_xc_classifier(model_config,
                                                          settings.loop.seed),
       loss=loss, train_arrays=lambda: (inputs, targets), num_examples=len(points),
-      evaluate=evaluation(task), monitored=_headline(task.config),
+      evaluate=evaluation(task, settings.index, settings.index_recall), monitored=_headline(task.config),
       export=_export(model_config),
       results={"algorithm": setting, "label_assignment": label_assignment,
                "task": task.summary()},
@@ -227,8 +244,11 @@ class XCFamily(family.TaskFamily):
   def columns(self, settings: XCSettings) -> List[Tuple[str, str]]:
     if settings.task.class_split == "disjoint":
       return [("map@r", "MAP@R"), ("recall@1", "R@1")]
-    return [("precision@1", "P@1"), ("precision@3", "P@3"), ("precision@5", "P@5"),
-            ("class_cosine", "class cosine")]
+    columns = [("precision@1", "P@1"), ("precision@3", "P@3"), ("precision@5", "P@5"),
+               ("class_cosine", "class cosine")]
+    if settings.index == "approximate":  # P@k through the index: its recall beside.
+      columns.append(("index_recall@5", "index recall@5"))
+    return columns
 
   def headline(self, settings: XCSettings) -> str:
     return _headline(settings.task)

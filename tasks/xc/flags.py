@@ -4,6 +4,7 @@ import dataclasses
 
 from absl import flags
 
+from fed_retrieval import index_flags
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.training import federated_flags
 from tasks import task_flags
@@ -83,7 +84,8 @@ HELP_GROUPS = (
         NUM_CLIENTS, DIRICHLET_ALPHA, XC_LABEL_ASSIGNMENT, XC_MAX_FEATURES,
         XC_FEATURE_SCALING, XC_VALIDATION_FRACTION, XC_CLASS_SPLIT,
         XC_HELD_OUT_CLASS_FRACTION)),
-    ("XC model", "xc", (XC_ARCHITECTURE, XC_BAG, LOGIT_SCALE, CENTRALIZED_REFERENCES)),
+    ("XC model", "xc", (XC_ARCHITECTURE, XC_BAG, LOGIT_SCALE, CENTRALIZED_REFERENCES,
+                        index_flags.INDEX, index_flags.INDEX_RECALL)),
 )
 
 
@@ -115,4 +117,5 @@ def settings_from_flags() -> XCSettings:
           REFERENCE_DEFAULTS, patience=loop.patience,
           min_improvement_se=loop.min_improvement_se, smoothing=loop.smoothing,
           seed=loop.seed),
-      references=CENTRALIZED_REFERENCES.value)
+      references=CENTRALIZED_REFERENCES.value, index=index_flags.INDEX.value,
+      index_recall=index_flags.INDEX_RECALL.value)

@@ -4,6 +4,7 @@ import dataclasses
 from typing import Optional, Tuple
 
 from fed_retrieval.algorithms import differential_privacy
+from fed_retrieval import top_k_index
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
@@ -46,12 +47,15 @@ class XCSettings:
   loop: LoopConfig = LOOP_DEFAULTS["xc"]
   centralized: CentralizedConfig = REFERENCE_DEFAULTS
   references: bool = True  # A comparison trains the centralized references.
+  index: str = "auto"  # The top-k index of evaluation (`top_k_index.resolve_kind`).
+  index_recall: float = top_k_index.TARGET_RECALL  # An approximate one's target.
 
   def __post_init__(self):
     if self.architecture not in ARCHITECTURES:
       raise ValueError(f"--xc_architecture must be one of {', '.join(ARCHITECTURES)}, "
                        f"got '{self.architecture}'")
     fedaws.check_bag(self.bag)
+    top_k_index.resolve_kind(self.index, 0)  # Refuses an unknown kind.
     for algorithm in (self.algorithm, *self.algorithms):
       if algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)} for the "
