@@ -13,13 +13,14 @@ an index built for another table.
   exact re-ranking (`IVF{nlist},PQ{D/2}x4fs,RFlat`): the rows are clustered
   into `nlist` lists by k-means; a query scores the centroids, scans the 4-bit
   codes of its `nprobe` best lists (SIMD "fast scan"), and re-ranks the
-  `k_factor * k` best candidates by their exact dot products. At build time
-  `nprobe` (a power of two) and `k_factor` (16 or 64) are the cheapest whose
-  recall@k against the exact top-k on the given calibration queries reaches
-  the target; if scanning every list does not, `k_factor` doubles until it does
-  (re-ranking every row is exact), so the target is always met on those
-  queries, and the recall is stated, never assumed. Memory: the rows themselves (for the
-  re-ranking) plus D/4 bytes of codes and an 8-byte id a row.
+  `k_factor * k` best candidates by their exact dot products. Memory: the rows
+  (for the re-ranking), D/4 bytes of codes and an 8-byte id a row. Below 624
+  rows or at an odd width the lists hold the rows themselves (`IVF{nlist},Flat`).
+  At build time `nprobe` (a power of two) and `k_factor` (16 or 64) are the
+  cheapest whose recall@k against the exact top-k on the given calibration
+  queries reaches the target; if scanning every list does not, `k_factor`
+  doubles until it does (re-ranking every row is exact). So the target is
+  always met on those queries, and the recall is stated, never assumed.
 """
 
 import dataclasses
@@ -159,7 +160,7 @@ class ApproximateIndex:
       raise ValueError(f"target recall {target_recall} must lie in (0, 1]")
     k = min(k, len(table))
     nlist = nlist or max(1, min(int(4 * np.sqrt(len(table))), len(table) // 39))
-    structure = _structure(nlist, table.shape[1])
+    structure = _structure(nlist, len(table), table.shape[1])
     index = faiss.index_factory(table.shape[1], structure, faiss.METRIC_INNER_PRODUCT)
     faiss.extract_index_ivf(index).cp.seed = seed
     sample = np.random.default_rng(seed).permutation(len(table))[:64 * nlist]
@@ -221,12 +222,15 @@ def _search_settings(nlist: int, max_k_factor: float, re_ranked: bool):
     k_factor *= 2
 
 
-def _structure(nlist: int, dim: int) -> str:
+def _structure(nlist: int, rows: int, dim: int) -> str:
   """faiss's description of the index: an inverted file whose lists hold 4-bit
   product-quantized codes of the rows (two dimensions a code, scanned with
-  SIMD), the k_factor * k best re-ranked by their exact rows (`RFlat`); rows of
-  odd width are stored whole (`Flat`)."""
-  return f"IVF{nlist},PQ{dim // 2}x4fs,RFlat" if dim % 2 == 0 else f"IVF{nlist},Flat"
+  SIMD), the k_factor * k best re-ranked by their exact rows (`RFlat`). Rows
+  of odd width, and tables too small to train 16 codes a subspace on (39
+  rows a code, as faiss's k-means asks), are stored whole (`Flat`)."""
+  if dim % 2 or rows < 39 * 16:
+    return f"IVF{nlist},Flat"
+  return f"IVF{nlist},PQ{dim // 2}x4fs,RFlat"
 
 
 def overlap_recall(found_rows: np.ndarray, exact_rows: np.ndarray) -> float:

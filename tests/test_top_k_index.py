@@ -68,6 +68,16 @@ def test_a_recall_of_one_is_met_by_scanning_and_re_ranking_more():
                                 exact.search(others, 5)[1])
 
 
+def test_a_small_table_keeps_its_rows_and_a_full_scan_is_exact():
+  table, queries, others = clustered(600), clustered(40, seed=1), clustered(40, seed=2)
+  index = top_k_index.ApproximateIndex.build(table, queries)
+  params = index.info.params
+  assert (params["structure"], params["k_factor"]) == ("IVF15,Flat", 1)  # 600 // 39.
+  np.testing.assert_array_equal(
+      index.with_search(nprobe=15).search(others, 5)[1],
+      top_k_index.BruteForceIndex(table).search(others, 5)[1])
+
+
 def test_save_and_load_round_trip_and_refuse_another_table(tmp_path):
   table, queries = clustered(5000), clustered(40, seed=1)
   for index in (top_k_index.BruteForceIndex(table),
