@@ -49,6 +49,41 @@ def test_dirichlet_skews_labels_and_is_seeded():
   assert all(np.array_equal(skewed[c], again[c]) for c in skewed)
 
 
+def test_co_occurring_labels_groups_the_labels_that_share_points():
+  # Labels 0-2 share points, as do 3-5; label 6 is on every point but never
+  # the drawn one.
+  label_sets = ([np.array([0, 1, 6]), np.array([1, 2, 6]), np.array([2, 0, 6])] * 3 +
+                [np.array([3, 4, 6]), np.array([4, 5, 6]), np.array([5, 3, 6])] * 2 +
+                [np.array([7, 6])])
+  drawn = np.array([s[0] for s in label_sets])  # 0, 1, 2, .., 3, 4, 5, .., 7
+  groups = partitions.co_occurring_groups(np.unique(drawn), label_sets, 3)
+  assert groups == {0: 0, 1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 7: 2}  # 6 is never drawn.
+  # By hand: 0, 1 and 2 are on 6 points each (the lowest id, 0, opens); 1 and
+  # 2 share 3 of 0's points (Jaccard 3/9 each; the lower id first), 3-5 none.
+  parts = partitions.partition_points(drawn, "co_occurring_labels", seed=0,
+                                      labels_per_client=3, label_sets=label_sets)
+  assert covers_every_point_once(parts, len(drawn))
+  assert [sorted(set(drawn[p].tolist())) for p in parts.values()] == [[0, 1, 2],
+                                                                      [3, 4, 5], [7]]
+  with pytest.raises(ValueError, match="label sets"):
+    partitions.partition_points(drawn, "co_occurring_labels", seed=0)
+
+
+def test_co_occurring_groups_are_purer_than_random_ones_on_clustered_labels():
+  rng = np.random.default_rng(0)
+  topic = np.repeat(np.arange(20), 5)  # 100 labels in 20 topics of 5.
+  label_sets = [rng.choice(np.flatnonzero(topic == rng.integers(20)), 3, replace=False)
+                for _ in range(2000)]
+  drawn = np.array([s[0] for s in label_sets])
+  groups = partitions.co_occurring_groups(np.unique(drawn), label_sets, 5)
+  by_group = {}
+  for label, group in groups.items():
+    by_group.setdefault(group, []).append(topic[label])
+  purity = np.mean([np.bincount(t).max() / len(t) for t in by_group.values()])
+  assert sorted(groups) == sorted(np.unique(drawn).tolist()) and purity > 0.95
+  assert max(len(t) for t in by_group.values()) == 5
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(partition="by_magic"), "--partition must be one of"),
     (dict(partition="dirichlet"), "--num_clients must be >= 1"),

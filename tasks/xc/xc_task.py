@@ -287,7 +287,7 @@ def _clients(config: XCTaskConfig, train: PaddedPoints, example_points: np.ndarr
              example_labels: np.ndarray) -> ClientDatasets:
   clients = partitions.partition_points(
       example_labels, config.partition, config.seed, config.labels_per_client,
-      config.num_clients, config.dirichlet_alpha)
+      config.num_clients, config.dirichlet_alpha, train.label_sets)
   return ClientDatasets((train.feature_ids[example_points],
                          train.feature_values[example_points]),
                         example_labels.astype(np.int32),
