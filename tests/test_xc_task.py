@@ -84,6 +84,28 @@ def test_co_occurring_groups_are_purer_than_random_ones_on_clustered_labels():
   assert max(len(t) for t in by_group.values()) == 5
 
 
+def test_confusable_labels_look_alike_and_never_share_a_point():
+  # Labels 0 and 1 label points of the same features (0's also carry 2);
+  # 3 and 4 another feature; 2 looks like 0 most of all but shares its points.
+  label_sets = [np.array([0, 2])] * 4 + [np.array([1])] * 3 + [np.array([3])] * 2 + [
+      np.array([4])] * 2
+  features = scipy.sparse.csr_matrix(np.array(
+      [[1.0, 0.1, 0.0]] * 4 + [[1.0, 0.0, 0.0]] * 3 + [[0.0, 0.0, 1.0]] * 2 +
+      [[0.0, 0.2, 1.0]] * 2))
+  drawn = np.array([0, 2, 0, 2, 1, 1, 1, 3, 3, 4, 4])
+  groups = partitions.confusable_groups(np.unique(drawn), label_sets, features, 2)
+  # 0 (on 4 points) opens and takes 1 (cosine ~1; 2 is barred); then 2 opens
+  # (4 points) and takes the nearer of 3 and 4 (4: the 0.1-0.2 feature).
+  assert groups == {0: 0, 1: 0, 2: 1, 4: 1, 3: 2}
+  parts = partitions.partition_points(drawn, "confusable_labels", seed=0,
+                                      labels_per_client=2, label_sets=label_sets,
+                                      features=features)
+  assert covers_every_point_once(parts, len(drawn))
+  with pytest.raises(ValueError, match="label sets and features"):
+    partitions.partition_points(drawn, "confusable_labels", seed=0,
+                                label_sets=label_sets)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(partition="by_magic"), "--partition must be one of"),
     (dict(partition="dirichlet"), "--num_clients must be >= 1"),

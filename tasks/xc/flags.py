@@ -29,11 +29,13 @@ SYNTHETIC_XC = flags.DEFINE_enum(
 PARTITION = flags.DEFINE_enum(
     "partition", _TASK_DEFAULTS.partition, list(partitions.PARTITIONS),
     "XC clients: one label each (FedAwS), --labels_per_client labels each (dealt "
-    "at random, or co_occurring_labels: labels that occur together on points), or "
+    "at random; co_occurring_labels: labels that occur together on points; "
+    "confusable_labels: alike but never on one point), or "
     "Dirichlet(--dirichlet_alpha) label skew over --num_clients.")
 LABELS_PER_CLIENT = flags.DEFINE_integer(
     "labels_per_client", _TASK_DEFAULTS.labels_per_client,
-    "XC --partition=k_labels_per_client or co_occurring_labels: labels per client.")
+    "XC --partition=k_labels_per_client, co_occurring_labels, confusable_labels: "
+    "labels per client.")
 NUM_CLIENTS = flags.DEFINE_integer(
     "num_clients", None, "XC --partition=dirichlet: number of clients.")
 DIRICHLET_ALPHA = flags.DEFINE_float(

@@ -283,11 +283,20 @@ def _build_xc_task(config: XCTaskConfig) -> XCTask:
                 cut, scaling)
 
 
+def _feature_matrix(points: PaddedPoints) -> scipy.sparse.csr_matrix:
+  """[points, features + 1] of padded rows (column 0, padding, stays empty)."""
+  rows = np.repeat(np.arange(len(points)), points.feature_ids.shape[1])
+  return scipy.sparse.csr_matrix(
+      (points.feature_values.ravel(), (rows, points.feature_ids.ravel())),
+      shape=(len(points), int(points.feature_ids.max(initial=0)) + 1))
+
+
 def _clients(config: XCTaskConfig, train: PaddedPoints, example_points: np.ndarray,
              example_labels: np.ndarray) -> ClientDatasets:
   clients = partitions.partition_points(
       example_labels, config.partition, config.seed, config.labels_per_client,
-      config.num_clients, config.dirichlet_alpha, train.label_sets)
+      config.num_clients, config.dirichlet_alpha, train.label_sets,
+      _feature_matrix(train) if config.partition == "confusable_labels" else None)
   return ClientDatasets((train.feature_ids[example_points],
                          train.feature_values[example_points]),
                         example_labels.astype(np.int32),
