@@ -114,7 +114,8 @@ def _greedy_groups(labels: np.ndarray, points: np.ndarray, size: int,
   """Label -> group: the free label (of `labels`) on most `points` opens a
   group, which then takes, one at a time, the free label of the largest summed
   `affinity` to its members so far and `banned` by none of them, or, when no
-  such label has any, the free label on most points."""
+  such label has any, the free label on most points that none bans (any free
+  one if all are)."""
   by_points = sorted(np.asarray(labels).tolist(), key=lambda label: (-points[label], label))
   free, group_of_label, opener = set(by_points), {}, 0
 
@@ -139,8 +140,13 @@ def _greedy_groups(labels: np.ndarray, points: np.ndarray, size: int,
                 if label in free and label not in excluded}
       if not free:
         break
-      member = (max(summed, key=lambda label: (summed[label], points[label], -label))
-                if summed else most_frequent_free())
+      if summed:
+        member = max(summed, key=lambda label: (summed[label], points[label], -label))
+      else:
+        allowed = (label for label in by_points[opener:]
+                   if label in free and label not in excluded)
+        member = next(allowed, None)
+        member = most_frequent_free() if member is None else member
   return group_of_label
 
 
