@@ -23,7 +23,7 @@ picks the approximate one from `top_k_index.APPROXIMATE_FROM` items up.
 import dataclasses
 import json
 import os
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -52,6 +52,8 @@ class RetrievalExport:
   item_embeddings: np.ndarray
   items: ItemVocabulary
   index_info: top_k_index.IndexInfo
+  _indexes: Dict[str, top_k_index.TopKIndex] = dataclasses.field(
+      default_factory=dict, repr=False, compare=False)  # Loaded once, by kind.
 
   def scores(self, contexts: tf.Tensor) -> tf.Tensor:
     """Scores [B, V] of contexts against every item, as the training model gives."""
@@ -64,16 +66,21 @@ class RetrievalExport:
 
   def item_index(self, kind: str = top_k_index.AUTO) -> top_k_index.TopKIndex:
     """The index over the item rows 1.. (`auto`: the one exported); an
-    approximate one only if the export holds it."""
+    approximate one only if the export holds it. Loaded on first use, then
+    kept: `top_k` on every request does not read or hash the table again."""
     kind = self.index_info.kind if kind == top_k_index.AUTO else kind
-    table = self.item_embeddings[1:]
-    if kind == "brute_force":
-      return top_k_index.BruteForceIndex(table)
-    if self.index_info.kind != kind:
-      raise ValueError(f"--model_dir={self.directory} holds no {kind} index (it was "
-                       f"exported with --index={self.index_info.kind}): export "
-                       f"again with --index={kind}")
-    return top_k_index.load(os.path.join(self.directory, APPROXIMATE_INDEX), table)
+    if kind not in self._indexes:
+      table = self.item_embeddings[1:]
+      if kind == "brute_force":
+        self._indexes[kind] = top_k_index.BruteForceIndex(table)
+      elif self.index_info.kind != kind:
+        raise ValueError(f"--model_dir={self.directory} holds no {kind} index (it was "
+                         f"exported with --index={self.index_info.kind}): export "
+                         f"again with --index={kind}")
+      else:
+        self._indexes[kind] = top_k_index.load(
+            os.path.join(self.directory, APPROXIMATE_INDEX), table)
+    return self._indexes[kind]
 
   def top_k(self, contexts: np.ndarray, k: int, kind: str = top_k_index.AUTO
             ) -> Tuple[np.ndarray, np.ndarray]:

@@ -152,6 +152,7 @@ def test_an_approximate_export_states_its_recall_and_serves(small_task, trained_
              numbers["test"]["global_recall@10"]) < 0.02
   scores, rows = loaded.top_k(test.contexts[:20], 10)
   assert (rows >= 1).all() and (np.diff(scores, axis=1) <= 0).all()
+  assert loaded.item_index() is loaded.item_index("approximate")  # Loaded once.
   refused = run_script("recommend", f"--model_dir={output_dir}/export",
                        "--history=5,9", "--index=approximate")
   assert refused.returncode == 2

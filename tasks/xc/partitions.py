@@ -93,13 +93,21 @@ def _dirichlet(labels: np.ndarray, rng: np.random.Generator,
   return _by_client(client_of_point)
 
 
-def _membership(label_sets: Sequence[np.ndarray], num_labels: int) -> scipy.sparse.csr_matrix:
-  """[points, labels]: 1 where a point carries a label."""
+def _label_statistics(labels: np.ndarray, label_sets: Sequence[np.ndarray]
+                      ) -> Tuple[scipy.sparse.csr_matrix, scipy.sparse.csr_matrix,
+                                 np.ndarray]:
+  """(membership [points, labels]: 1 where a point carries a label; shared
+  [labels, labels]: the points two labels are both on; each label's points)."""
+  num_labels = int(max([np.max(labels, initial=0)] +
+                       [s.max(initial=0) for s in label_sets if len(s)])) + 1
   rows = np.repeat(np.arange(len(label_sets)), [len(s) for s in label_sets])
   columns = np.concatenate([np.asarray(s, np.int64) for s in label_sets] +
                            [np.zeros(0, np.int64)])
-  return scipy.sparse.csr_matrix((np.ones(len(rows), np.float64), (rows, columns)),
-                                 shape=(len(label_sets), num_labels))
+  membership = scipy.sparse.csr_matrix(
+      (np.ones(len(rows), np.float64), (rows, columns)),
+      shape=(len(label_sets), num_labels))
+  return (membership, (membership.T @ membership).tocsr(),
+          np.asarray(membership.sum(axis=0)).ravel())
 
 
 def _row(matrix: scipy.sparse.csr_matrix, row: int) -> Tuple[List[int], List[float]]:
@@ -155,9 +163,7 @@ def co_occurring_groups(labels: np.ndarray, label_sets: Sequence[np.ndarray],
   """Label -> group, for groups of `size` of `labels` that occur together:
   `_greedy_groups` by the Jaccard similarity of the points two labels are on
   (not raw counts, so a label on every point does not join every group)."""
-  membership = _membership(label_sets, _num_labels(labels, label_sets))
-  shared = (membership.T @ membership).tocsr()  # [L, L]: points two labels share.
-  points = np.asarray(membership.sum(axis=0)).ravel()
+  _, shared, points = _label_statistics(labels, label_sets)
 
   def jaccard(member: int) -> Tuple[List[int], List[float]]:
     others, counts = _row(shared, member)
@@ -175,9 +181,7 @@ def confusable_groups(labels: np.ndarray, label_sets: Sequence[np.ndarray],
   distinct but visually confusable landmarks): `_greedy_groups` by the cosine
   of the labels' feature centroids (each point's features at unit length),
   any label that shares a point with a member barred."""
-  membership = _membership(label_sets, _num_labels(labels, label_sets))
-  shared = (membership.T @ membership).tocsr()
-  points = np.asarray(membership.sum(axis=0)).ravel()
+  membership, shared, points = _label_statistics(labels, label_sets)
   unit = scipy.sparse.diags(1 / np.maximum(
       scipy.sparse.linalg.norm(features, axis=1), 1e-12)) @ features
   centroids = (membership.T @ unit).tocsr()  # [L, F]
@@ -194,7 +198,3 @@ def confusable_groups(labels: np.ndarray, label_sets: Sequence[np.ndarray],
 
   return _greedy_groups(labels, points, size, cosine, lambda member: _row(shared, member)[0])
 
-
-def _num_labels(labels: np.ndarray, label_sets: Sequence[np.ndarray]) -> int:
-  return int(max([np.max(labels, initial=0)] +
-                 [s.max(initial=0) for s in label_sets if len(s)])) + 1

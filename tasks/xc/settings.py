@@ -3,8 +3,8 @@
 import dataclasses
 from typing import Optional, Tuple
 
-from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval import top_k_index
+from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
