@@ -12,8 +12,6 @@ import dataclasses
 import json
 import re
 import shlex
-import subprocess
-import sys
 from typing import Dict, List, Sequence
 
 from tests import script_runs
@@ -87,9 +85,7 @@ def flag_problems(commands: Sequence[Command]) -> List[str]:
   problems = []
   for script, script_commands in sorted(by_script.items()):
     request = json.dumps([script, [[c.where, c.args] for c in script_commands]])
-    result = subprocess.run([sys.executable, "-m", "tests.check_script_flags"],
-                            input=request, capture_output=True, text=True,
-                            cwd=script_runs.ROOT, check=False)
+    result = script_runs.run_module("tests.check_script_flags", input=request)
     if result.returncode != 0:
       problems.append(f"scripts.{script}: cannot be imported: "
                       f"{result.stderr.strip().splitlines()[-1:]}")
@@ -156,9 +152,9 @@ def default_problems(stated: Sequence[StatedDefault],
     missing = sorted({s.flag for s in stated} - set(found))
     if not missing:
       break
-    result = subprocess.run([sys.executable, "-m", "tests.check_script_flags", "--defaults"],
-                            input=json.dumps([script, missing]), capture_output=True,
-                            text=True, cwd=script_runs.ROOT, check=True)
+    result = script_runs.run_module("tests.check_script_flags", "--defaults",
+                                    input=json.dumps([script, missing]))
+    assert result.returncode == 0, result.stderr[-2000:]
     found.update(json.loads(result.stdout.strip().splitlines()[-1]))
   problems = []
   for s in stated:

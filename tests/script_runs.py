@@ -19,6 +19,24 @@ def run_script(output_dir, cache, *extra, prefix=()):
       cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+_SERVER = None
+
+
+def run_module(module, *args, **options):
+  """`python -m module args`, captured, in a child forked from a process that
+  has imported the libraries (`tests.script_server`; `options` are its `run`'s)."""
+  global _SERVER
+  if _SERVER is None:
+    from tests import script_server  # pylint: disable=g-import-not-at-top  (imports us)
+    _SERVER = script_server.ScriptServer()
+  return _SERVER.run(args, module=module, **options)
+
+
+def run_code(code, *args, **options):
+  """`python -c code args`, as `run_module` runs a module."""
+  return run_module(None, *args, code=code, **options)
+
+
 def worker_pids():
   """The pids of every running TFF worker_binary."""
   pids = set()

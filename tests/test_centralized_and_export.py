@@ -3,8 +3,6 @@
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ from tasks.movielens import movielens_task
 from tests.configs import movielens_centralized_job
 from tests.configs import train_movielens_centrally
 from tasks.movielens.item_vocabulary import ItemVocabulary
+from tests.script_runs import run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -83,8 +82,7 @@ def test_export_round_trip(small_task, trained_run):
 
 
 def run_script(name, *args):
-  return subprocess.run([sys.executable, "-m", f"scripts.{name}", *args], cwd=ROOT,
-                        capture_output=True, text=True, timeout=600)
+  return run_module(f"scripts.{name}", *args)
 
 
 def test_evaluate_job_agrees_with_training(trained_run, tmp_path):

@@ -3,8 +3,6 @@ plot; the MovieLens centralized runs' clock; and compare.py end to end."""
 
 import csv
 import os
-import subprocess
-import sys
 import types
 
 import numpy as np
@@ -19,8 +17,8 @@ from tasks.movielens import family as movielens_family
 from tasks.movielens import sequence_examples
 from tasks.movielens.settings import CENTRALIZED_DEFAULTS
 from tasks.movielens.settings import MovieLensSettings
+from tests.script_runs import run_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLUMNS = [("global_recall@5", "recall@5"), ("global_recall@10", "recall@10")]
 METRIC = "global_recall@10"
 USERS = np.repeat(np.arange(20), 30)
@@ -163,14 +161,14 @@ def test_compare_script_end_to_end(tmp_path):
   """MovieLens with every control (one loss: each control is its own run of
   it); the runs stop by patience or caps, and a second comparison reuses the
   first one's centralized reference."""
-  command = [sys.executable, "-m", "scripts.compare", "--synthetic=small",
+  command = ["--synthetic=small",
              "--rounds=4", "--clients_per_round=5", "--eval_every=1", "--patience=1",
              "--centralized_eval_every_steps=100", "--centralized_max_epochs=1",
              f"--cache_dir={tmp_path}/cache"]
-  result = subprocess.run(command + [
-      "--losses=batch_softmax", "--include_shuffled", "--include_fedsgd",
-      "--noise_multipliers=1", "--clip_norm=0.5", f"--output_dir={tmp_path}/cmp"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+  result = run_module(
+      "scripts.compare", *command, "--losses=batch_softmax", "--include_shuffled",
+      "--include_fedsgd", "--noise_multipliers=1", "--clip_norm=0.5",
+      f"--output_dir={tmp_path}/cmp")
   assert result.returncode == 0, result.stderr[-3000:]
   assert "| federated_shuffled batch_softmax |" in result.stdout
   assert "| federated_sgd batch_softmax |" in result.stdout
@@ -197,9 +195,8 @@ def test_compare_script_end_to_end(tmp_path):
   linked = os.path.join(tmp_path, "cmp", "centralized_batch_softmax")
   assert os.path.islink(linked) and os.path.dirname(
       os.path.realpath(linked)) == os.path.realpath(tmp_path / "references")
-  again = subprocess.run(command + ["--losses=batch_softmax", "--algorithms=fedss",
-                                    f"--output_dir={tmp_path}/cmp2"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+  again = run_module("scripts.compare", *command, "--losses=batch_softmax",
+                     "--algorithms=fedss", f"--output_dir={tmp_path}/cmp2")
   assert again.returncode == 0, again.stderr[-3000:]
   assert "centralized batch_softmax: starting" not in again.stderr
   assert os.path.realpath(os.path.join(tmp_path, "cmp2", "centralized_batch_softmax")) == (

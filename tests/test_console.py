@@ -1,12 +1,10 @@
 """The package's console commands: pyproject.toml names every script, each runs it."""
 
 import os
-import subprocess
-import sys
 import tomllib
 
 from scripts import console
-from tests.script_runs import ROOT
+from tests.script_runs import ROOT, run_code
 
 
 def test_pyproject_has_a_command_for_every_script():
@@ -22,9 +20,7 @@ def test_pyproject_has_a_command_for_every_script():
 
 def test_a_command_runs_its_script_as_main():
   # What the installed fed-retrieval-compare runs: the script's own --help.
-  result = subprocess.run(
-      [sys.executable, "-c", "import sys; from scripts import console; "
-       "sys.argv = ['fed-retrieval-compare', '--help']; console.compare()"],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  result = run_code("import sys; from scripts import console; "
+                    "sys.argv = ['fed-retrieval-compare', '--help']; console.compare()")
   assert result.returncode == 0, result.stderr[-2000:]
   assert "--task" in result.stdout and "--references_dir" in result.stdout

@@ -32,6 +32,9 @@ def uninterrupted(cache_dir, tmp_path_factory):
   process = run_script(output_dir, cache_dir)
   _, stderr = process.communicate(timeout=600)
   assert process.returncode == 0, stderr[-3000:]
+  # A clean exit: no finalizer's traceback once the worker has stopped (the
+  # interpreter's teardown, which only a real process runs).
+  assert "Traceback" not in stderr and "Connection refused" not in stderr
   with open(os.path.join(output_dir, "results.json")) as f:
     return json.load(f)
 

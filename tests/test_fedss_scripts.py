@@ -3,20 +3,16 @@ out (MAP@R) and MovieLens sampled global softmax."""
 
 import csv
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.script_runs import ROOT
+from tests.script_runs import run_module
 
 QUICK = ["--rounds=3", "--clients_per_round=10", "--eval_every=3", "--patience=0"]
 
 
 def compare(tmp_path, *args):
-  result = subprocess.run([sys.executable, "-m", "scripts.compare", *QUICK, *args,
-                           f"--output_dir={tmp_path}/out"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+  result = run_module("scripts.compare", *QUICK, *args, f"--output_dir={tmp_path}/out")
   assert result.returncode == 0, result.stderr[-3000:]
   with open(os.path.join(tmp_path, "out", "results.csv")) as f:
     rows = list(csv.DictReader(f))

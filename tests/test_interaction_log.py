@@ -3,8 +3,6 @@ and every MovieLens release as shipped: read, refused in one line, and a log
 with text ids trained, evaluated, exported and served by those ids."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -16,7 +14,7 @@ from tasks.movielens import movielens_task
 from tasks.movielens import ratings_io
 from tasks.movielens.interaction_log import LogColumns
 from tasks.movielens.ratings_io import RatingsFormatError
-from tests.script_runs import ROOT
+from tests.script_runs import run_module
 
 COLUMNS = LogColumns(user="customer", item="sku", time="when", rating="stars")
 LOG = ("customer,sku,when,stars\n"
@@ -91,11 +89,9 @@ def test_bad_logs_are_refused_in_one_line_naming_file_line_and_column(
 
 def test_a_bad_log_on_the_command_line_is_one_line_and_exit_2_writing_nothing(tmp_path):
   path = write(tmp_path, "log.csv", LOG.replace("u_9", ""))
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.train_federated", f"--interactions_path={path}",
-       "--user_column=customer", "--item_column=sku", "--time_column=when",
-       f"--output_dir={tmp_path}/run"], cwd=ROOT, capture_output=True, text=True,
-      timeout=300)
+  result = run_module(
+      "scripts.train_federated", f"--interactions_path={path}", "--user_column=customer",
+      "--item_column=sku", "--time_column=when", f"--output_dir={tmp_path}/run")
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1] == (
       f"error: {path}:4: empty id in column 'customer'")
@@ -161,9 +157,7 @@ def test_a_text_id_log_trains_evaluates_exports_and_recommends_by_its_ids(tmp_pa
       tmp_path / "items.csv", index=False)
   data = [f"--interactions_path={tmp_path}/shop.csv", "--user_column=customer",
           "--item_column=sku", "--time_column=when"]
-  run = lambda script, *args: subprocess.run(
-      [sys.executable, "-m", f"scripts.{script}", *args], cwd=ROOT,
-      capture_output=True, text=True, timeout=600)
+  run = lambda script, *args: run_module(f"scripts.{script}", *args)
   trained = run("train_federated", *data, "--rounds=6", "--clients_per_round=10",
                 "--eval_every=3", f"--output_dir={tmp_path}/run")
   assert trained.returncode == 0, trained.stderr[-3000:]

@@ -4,8 +4,6 @@ export, index and scripts that speak the file's ids."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ from tasks.movielens import item_vocabulary
 from tasks.movielens import movielens_task
 from tasks.movielens.item_vocabulary import ItemVocabulary
 from tests.configs import train_movielens_centrally
+from tests.script_runs import run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Sparse movie ids, as in ml-latest-small (9,724 movies, ids up to 193,609).
@@ -109,8 +108,7 @@ def test_an_unknown_movie_id_in_a_served_context_is_ignored(sparse_run):
   np.testing.assert_array_equal(with_unknown[1].numpy(), without[1].numpy())
 
 def run_script(name, *args):
-  return subprocess.run([sys.executable, "-m", f"scripts.{name}", *args], cwd=ROOT,
-                        capture_output=True, text=True, timeout=600)
+  return run_module(f"scripts.{name}", *args)
 
 def test_recommend_speaks_the_files_ids_and_titles(sparse_run):
   _, directory, output_dir = sparse_run

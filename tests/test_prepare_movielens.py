@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
@@ -11,13 +9,13 @@ import tensorflow as tf
 from tasks.movielens import item_vocabulary
 from tasks.movielens import movielens_task
 from tasks.movielens import prepared_dataset
+from tests.script_runs import run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_script(*args):
-  return subprocess.run([sys.executable, "-m", "scripts.prepare_movielens", *args],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  return run_module("scripts.prepare_movielens", *args)
 
 
 def count_records(path, context_length):
@@ -97,10 +95,8 @@ def test_too_little_data_warns_naming_each_empty_split_and_its_cause(tmp_path):
 
 def test_training_on_too_little_data_is_one_line_naming_the_split(tmp_path):
   ratings = _three_ratings(tmp_path)
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.train_centralized", f"--ratings_path={ratings}",
-       "--split_by=user", f"--output_dir={tmp_path}/run"],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  result = run_module("scripts.train_centralized", f"--ratings_path={ratings}",
+                      "--split_by=user", f"--output_dir={tmp_path}/run")
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1] == (
       f"error: --ratings_path={ratings}: the federated_val split is empty (3 ratings; "

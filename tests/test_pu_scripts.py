@@ -3,8 +3,6 @@ files holding only the 10k test split, and a bad file -> one line, exit 2."""
 
 import csv
 import os
-import subprocess
-import sys
 
 from tests import script_runs
 from tests.image_files import write_mnist
@@ -14,8 +12,7 @@ QUICK = ["--task=pu", "--pu_data=mnist", "--rounds=2", "--local_epochs=1",
 
 
 def run(*args):
-  return subprocess.run([sys.executable, "-m", *args], cwd=script_runs.ROOT,
-                        capture_output=True, text=True, timeout=600)
+  return script_runs.run_module(*args)
 
 
 def test_compare_on_mnist_test_files_writes_the_table(tmp_path):

@@ -2,11 +2,9 @@
 
 import json
 import os
-import subprocess
-import sys
 
 from fed_retrieval.reports import result_files
-from tests.script_runs import ROOT
+from tests.script_runs import run_module
 
 
 def test_a_report_becomes_a_table_of_its_figures():
@@ -30,10 +28,8 @@ def test_a_page_says_what_made_it(tmp_path):
 
 def test_a_benchmark_writes_its_page_with_its_command(tmp_path):
   log, page = os.path.join(tmp_path, "log.csv"), os.path.join(tmp_path, "log.md")
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.benchmark_log", "--rows=2000", "--users=50",
-       "--items=100", f"--log_path={log}", f"--page={page}"],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  result = run_module("scripts.benchmark_log", "--rows=2000", "--users=50", "--items=100",
+                      f"--log_path={log}", f"--page={page}")
   assert result.returncode == 0, result.stderr[-2000:]
   report = json.loads(result.stdout)
   with open(page) as f:

@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,18 +9,17 @@ import pytest
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import xc_encoder
+from tests.script_runs import run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("algorithm,bag", [("fedss", "whole"), ("fedaws", "selected")])
 def test_the_round_cost_script_reports_tree_memory_and_bytes(algorithm, bag):
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.benchmark_round_cost", f"--algorithm={algorithm}",
-       f"--bag={bag}",
-       "--num_classes=300", "--num_features=500", "--num_negatives=20",
-       "--clients_per_round=4", "--classes_per_client=3", "--repeats=1"],
-      cwd=ROOT, capture_output=True, text=True, timeout=600)
+  result = run_module(
+      "scripts.benchmark_round_cost", f"--algorithm={algorithm}", f"--bag={bag}",
+      "--num_classes=300", "--num_features=500", "--num_negatives=20",
+      "--clients_per_round=4", "--classes_per_client=3", "--repeats=1")
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads(result.stdout)
   assert report["memory"]["processes"] >= 2  # Python and the TFF worker.

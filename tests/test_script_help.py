@@ -2,12 +2,10 @@
 each with its default, under ~100 lines, without TensorFlow's flags."""
 
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.script_runs import ROOT
+from tests.script_runs import run_module, run_code
 
 # Flags each script's --help must list (for the --task given), beyond its own.
 _EXPECTED = {
@@ -39,8 +37,7 @@ _OTHER_TASKS = {"xc_train_path", "pu_data", "spreadout_lambda", "pu_surrogate"}
 
 
 def _help(script, *args):
-  result = subprocess.run([sys.executable, "-m", f"scripts.{script}", "--help", *args],
-                          cwd=ROOT, capture_output=True, text=True, check=False)
+  result = run_module(f"scripts.{script}", "--help", *args)
   assert result.returncode == 0, result.stderr
   return result.stdout
 
@@ -64,10 +61,9 @@ def test_every_task_together_lists_every_project_flag_of_train_federated():
   for task in ("movielens", "xc", "pu"):
     listed |= set(re.findall(r"^  --(\w+)", _help("train_federated", f"--task={task}"),
                              flags=re.M))
-  everything = subprocess.run(
-      [sys.executable, "-c", "from scripts import cli; import scripts.train_federated; "
-       "from absl import flags; print(' '.join(f.name for m, fs in "
-       "flags.FLAGS.flags_by_module_dict().items() if m.startswith(('fed_retrieval', "
-       "'tasks', 'scripts')) for f in fs))"],
-      cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+  everything = run_code(
+      "from scripts import cli; import scripts.train_federated; "
+      "from absl import flags; print(' '.join(f.name for m, fs in "
+      "flags.FLAGS.flags_by_module_dict().items() if m.startswith(('fed_retrieval', "
+      "'tasks', 'scripts')) for f in fs))").stdout.split()
   assert set(everything) - listed == set()

@@ -5,10 +5,8 @@ starts, and absl's flags are global)."""
 
 import csv
 import os
-import subprocess
-import sys
 
-from tests.script_runs import ROOT
+from tests.script_runs import run_code
 
 COMPARE_TOY = """
 import sys
@@ -22,8 +20,7 @@ cli.run(compare.main)
 
 
 def test_a_registered_family_learns_beside_its_reference_and_baseline(tmp_path):
-  result = subprocess.run([sys.executable, "-c", COMPARE_TOY, str(tmp_path / "cli")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+  result = run_code(COMPARE_TOY, str(tmp_path / "cli"))
   assert result.returncode == 0, result.stderr[-3000:]
   assert "| fedavg |" in result.stdout and "| majority_class |" in result.stdout
   with open(tmp_path / "cli" / "results.csv") as f:

@@ -2,10 +2,9 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from tests.script_runs import run_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -20,12 +19,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_benchmark_reports_every_workload_against_the_tight_loop(tmp_path, task_flags,
                                                                  workloads, trials):
   output = tmp_path / "report.json"
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.benchmark", *task_flags, "--timed_rounds=1",
-       "--warmup_rounds=1", "--clients_per_round=5", "--steps_per_execution=1",
-       f"--repeats={trials}", f"--output={output}"] +
-      ([f"--cache_dir={tmp_path}"] if "--task=xc" not in task_flags else []),
-      cwd=ROOT, capture_output=True, text=True, timeout=600)
+  result = run_module(
+      "scripts.benchmark", *task_flags, "--timed_rounds=1", "--warmup_rounds=1",
+      "--clients_per_round=5", "--steps_per_execution=1", f"--repeats={trials}",
+      f"--output={output}", *([f"--cache_dir={tmp_path}"] if "--task=xc" not in task_flags
+                              else []))
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads(output.read_text())
   assert [row["workload"] for row in report["rows"]] == workloads

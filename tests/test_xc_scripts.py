@@ -3,8 +3,6 @@
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,15 +10,14 @@ import pytest
 from tasks.xc import synthetic_xc
 from tasks.xc import xc_io
 from tasks.xc import xc_task
-from tests.script_runs import ROOT
+from tests.script_runs import run_module
 
 QUICK = ["--task=xc", "--rounds=4", "--clients_per_round=20", "--eval_every=2",
          "--patience=0", "--spreadout_k=3"]
 
 
 def run(*args, timeout=900):
-  return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
-                        text=True, timeout=timeout)
+  return run_module(*args, timeout=timeout)
 
 
 def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):

@@ -1,0 +1,233 @@
+"""Scripts run as fresh processes forked from one that imported their libraries.
+
+A test that runs `python -m scripts.X` pays TensorFlow's and TFF's import
+(~6 s) before the script does anything, which made most of the suite's time.
+`run_module` gives the same process boundary without it: one server per test
+process imports the libraries (never a module that defines a flag, nor runs a
+TensorFlow op, so its child starts as a clean interpreter would) and forks a
+child per request. The child points fds 0-2 at the caller's files, applies `env`, changes directory and returns to this module's top
+level, where it runs the module as `__main__` as `python -m` does (the
+script's own import of `scripts.cli` installs its Ctrl-C handling), then ends
+with the script's exit code after its atexit handlers, without the teardown
+of the interpreter's modules (a check of that teardown needs a real process). The server dies with the test process and each child with the
+server (PR_SET_PDEATHSIG), so nothing outlives the session.
+
+What a fork cannot give needs a real process (`subprocess`): a setting read
+when an interpreter or a library starts (LD_PRELOAD, MALLOC_*, PYTHON*, TF_*),
+the host network (`--workers`; the server keeps the private namespace of
+`tff_runtime.isolate_network`), and a test of signals or parentage.
+"""
+
+import ast
+import atexit
+import json
+import os
+import pkgutil
+import re
+import runpy
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import Dict, Optional, Sequence
+
+from tests.script_runs import ROOT
+
+_THIRD_PARTY = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "psutil", "portpicker",
+                "grpc", "faiss", "matplotlib", "tensorflow", "tensorflow_federated",
+                "tensorflow_recommenders", "dp_accounting")
+_PACKAGES = ("fed_retrieval", "losses", "tasks")
+_DEFINES_FLAGS = re.compile(r"\bDEFINE_\w*\(|flags\.DEFINE")
+_NEEDS_A_REAL_PROCESS = ("--workers",)
+_PR_SET_PDEATHSIG = 1
+
+
+def _top_level_imports(path: str, package_modules: Sequence[str]) -> set:
+  """The project modules `path` imports when it is imported (not in functions)."""
+  with open(path) as f:
+    tree = ast.parse(f.read())
+  names = set()
+  for node in tree.body:
+    for child in ast.walk(node) if not isinstance(
+        node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ():
+      if isinstance(child, ast.Import):
+        names.update(alias.name for alias in child.names)
+      elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
+        names.add(child.module)
+        names.update(f"{child.module}.{alias.name}" for alias in child.names)
+  return {name for name in names if name in package_modules}
+
+
+def flag_free_modules() -> list:
+  """The project's modules whose import defines no flag, directly or through
+  another project module, in an order that imports each after its imports."""
+  paths = {}
+  for package in _PACKAGES:
+    paths[package] = os.path.join(ROOT, package, "__init__.py")
+    for info in pkgutil.walk_packages([os.path.join(ROOT, package)], f"{package}."):
+      relative = info.name.replace(".", os.sep)
+      path = os.path.join(ROOT, relative + (os.sep + "__init__.py" if info.ispkg else ".py"))
+      paths[info.name] = path
+  imports = {name: _top_level_imports(path, paths) for name, path in paths.items()}
+  defines = {name for name, path in paths.items()
+             if _DEFINES_FLAGS.search(open(path).read())}
+  tainted = set(defines)
+  changed = True
+  while changed:
+    changed = False
+    for name, used in imports.items():
+      if name not in tainted and used & tainted:
+        tainted.add(name)
+        changed = True
+  return sorted(set(paths) - tainted, key=lambda name: (name.count("."), name))
+
+
+def _preload() -> None:
+  """Imports the libraries; refuses (names it) if that defined a project flag."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  for name in _THIRD_PARTY:
+    importlib.import_module(name)
+  for name in flag_free_modules():
+    if not name.startswith("tests."):
+      importlib.import_module(name)
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  defined = [module for module in flags.FLAGS.flags_by_module_dict()
+             if module.split(".")[0] in _PACKAGES + ("scripts",)]
+  if defined:
+    raise RuntimeError(f"the script server's preload defined the flags of {defined}")
+
+
+def _serve() -> Optional[dict]:
+  """Answers requests until stdin ends; in a forked child, returns its request."""
+  from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
+  libc = tff_runtime._libc()  # pylint: disable=protected-access
+  libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+  os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+  tff_runtime.isolate_network()  # Before any thread starts, as scripts.cli does.
+  _preload()
+  answers = os.fdopen(os.dup(1), "w")
+  print(json.dumps({"ready": os.getpid()}), file=answers, flush=True)
+  for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+      libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+      answers.close()
+      _become(request)
+      return request
+    print(json.dumps({"pid": pid}), file=answers, flush=True)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), file=answers,
+          flush=True)
+  return None
+
+
+def _become(request: dict) -> None:
+  """In the child: the caller's directory, environment, argv and files."""
+  os.chdir(request["cwd"])
+  for key, value in request["env"].items():
+    if value is None:
+      os.environ.pop(key, None)
+    else:
+      os.environ[key] = value
+  for fd, path in ((0, request["stdin"]), (1, request["stdout"]), (2, request["stderr"])):
+    target = os.open(path, os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_TRUNC)
+    os.dup2(target, fd)
+    os.close(target)
+  sys.stdin = open(0, closefd=False)
+  sys.argv = [request.get("module") or "-c", *request["args"]]
+
+
+class ScriptServer:
+  """One server process; `run` is `subprocess.run(capture_output=True, text=True)`
+  of `python -m module args` (or `python -c code args`)."""
+
+  def __init__(self):
+    self._process: Optional[subprocess.Popen] = None
+
+  def _start(self) -> subprocess.Popen:
+    if self._process is None or self._process.poll() is not None:
+      self._process = subprocess.Popen(
+          [sys.executable, "-m", "tests.script_server"], cwd=ROOT, stdin=subprocess.PIPE,
+          stdout=subprocess.PIPE, text=True)
+      atexit.register(self.close)
+      self._answer(timeout=300)
+    return self._process
+
+  def _answer(self, timeout: Optional[float]) -> dict:
+    ready, _, _ = select.select([self._process.stdout], [], [], timeout)
+    if not ready:
+      raise subprocess.TimeoutExpired("tests.script_server", timeout)
+    line = self._process.stdout.readline()
+    if not line:
+      raise RuntimeError("the script server ended")
+    return json.loads(line)
+
+  def run(self, args: Sequence[str], module: Optional[str] = None,
+          code: Optional[str] = None, cwd: str = ROOT,
+          env: Optional[Dict[str, Optional[str]]] = None, input: str = "",  # pylint: disable=redefined-builtin
+          timeout: Optional[float] = 900) -> subprocess.CompletedProcess:
+    """Runs `module` (or `code`) with `args` in a forked child reading `input`;
+    `env` entries set (a None value unsets) variables of its os.environ."""
+    if any(arg.split("=")[0] in _NEEDS_A_REAL_PROCESS for arg in args):
+      raise ValueError(f"{args}: needs a real process (see tests.script_server)")
+    process = self._start()
+    command = [sys.executable, *(["-m", module] if module else ["-c", code]), *args]
+    with tempfile.TemporaryDirectory() as scratch:
+      outputs = {name: os.path.join(scratch, name) for name in ("stdout", "stderr")}
+      for path in outputs.values():
+        open(path, "w").close()
+      with open(os.path.join(scratch, "stdin"), "w") as f:
+        f.write(input)
+      process.stdin.write(json.dumps({
+          "module": module, "code": code, "args": list(args), "cwd": os.path.abspath(cwd),
+          "env": env or {},
+          "stdin": os.path.join(scratch, "stdin"), **outputs}) + "\n")
+      process.stdin.flush()
+      pid = self._answer(timeout=60)["pid"]
+      try:
+        returncode = self._answer(timeout)["returncode"]
+      except subprocess.TimeoutExpired:
+        os.kill(pid, signal.SIGKILL)
+        self._answer(timeout=60)
+        raise subprocess.TimeoutExpired(command, timeout) from None
+      texts = {name: open(path, errors="replace").read() for name, path in outputs.items()}
+    return subprocess.CompletedProcess(command, returncode, texts["stdout"], texts["stderr"])
+
+  def close(self) -> None:
+    if self._process is not None:
+      self._process.stdin.close()
+      self._process.wait(timeout=120)
+      self._process = None
+
+
+def _run_as_main(request: dict) -> None:
+  """Runs the request's module or code as `python -m`/`-c` would, then ends the
+  process with its exit code after the atexit handlers, skipping the ~2 s in
+  which an interpreter that imported TensorFlow tears its modules down."""
+  code = 0
+  try:
+    if request["module"]:
+      runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    else:
+      exec(compile(request["code"], "<string>", "exec"),  # pylint: disable=exec-used
+           {"__name__": "__main__", "__builtins__": __builtins__})
+  except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else (e.code is not None and
+                                                   (print(e.code, file=sys.stderr) or 1))
+  except BaseException:  # pylint: disable=broad-except  (reported as Python does)
+    sys.excepthook(*sys.exc_info())
+    code = 1
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(int(code))  # pylint: disable=protected-access
+
+
+if __name__ == "__main__":
+  _request = _serve()
+  if _request is not None:
+    _run_as_main(_request)
