@@ -6,35 +6,41 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SERVER = None
 SMALL_RUN = ["--synthetic=small", "--loss=hinge_spreadout", "--rounds=8",
              "--clients_per_round=10", "--client_learning_rate=0.5",
              "--eval_every=4", "--checkpoint_every=2", "--patience=0", "--seed=3"]
 
 
-def run_script(output_dir, cache, *extra, prefix=()):
-  """Starts scripts.train_federated on the small preset (`prefix`: a wrapper command)."""
-  return subprocess.Popen(
-      [*prefix, sys.executable, "-m", "scripts.train_federated", *SMALL_RUN, *extra,
-       f"--output_dir={output_dir}", f"--cache_dir={cache}"],
-      cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-_SERVER = None
+def _server():
+  global _SERVER
+  if _SERVER is None:
+    from tests import script_server  # pylint: disable=g-import-not-at-top  (imports us)
+    _SERVER = script_server.ScriptServer()
+  return _SERVER
 
 
 def run_module(module, *args, **options):
   """`python -m module args`, captured, in a child forked from a process that
   has imported the libraries (`tests.script_server`; `options` are its `run`'s)."""
-  global _SERVER
-  if _SERVER is None:
-    from tests import script_server  # pylint: disable=g-import-not-at-top  (imports us)
-    _SERVER = script_server.ScriptServer()
-  return _SERVER.run(args, module=module, **options)
+  return _server().run(args, module=module, **options)
 
 
 def run_code(code, *args, **options):
   """`python -c code args`, as `run_module` runs a module."""
   return run_module(None, *args, code=code, **options)
+
+
+def run_script(output_dir, cache, *extra, prefix=(), forked=True):
+  """Starts scripts.train_federated on the small preset: a forked child
+  (`tests.script_server`), or with `prefix` (a wrapper command) or not
+  `forked` a new interpreter."""
+  args = [*SMALL_RUN, *extra, f"--output_dir={output_dir}", f"--cache_dir={cache}"]
+  if forked and not prefix:
+    return _server().start(args, module="scripts.train_federated")
+  return subprocess.Popen([*prefix, sys.executable, "-m", "scripts.train_federated", *args],
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
 
 
 def worker_pids():

@@ -20,6 +20,7 @@ the host network (`--workers`; the server keeps the private namespace of
 
 import ast
 import atexit
+import io
 import json
 import os
 import pkgutil
@@ -30,7 +31,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-from typing import Dict, Optional, Sequence
+import time
+from typing import Dict, Optional, Sequence, Tuple
 
 from tests.script_runs import ROOT
 
@@ -98,8 +100,25 @@ def _preload() -> None:
     raise RuntimeError(f"the script server's preload defined the flags of {defined}")
 
 
+def _answer(answers: int, message: dict) -> None:
+  os.write(answers, (json.dumps(message) + "\n").encode())
+
+
+def _reap(answers: int) -> None:
+  """Reports each child that ended: {"exited": pid, "returncode": code}."""
+  while True:
+    try:
+      pid, status = os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+      return
+    if not pid:
+      return
+    _answer(answers, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
+
+
 def _serve() -> Optional[dict]:
-  """Answers requests until stdin ends; in a forked child, returns its request."""
+  """Forks a child per request line, answering {"pid": pid} at once and
+  {"exited": ...} when it ends, until stdin ends; in a child, returns its request."""
   from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
   libc = tff_runtime._libc()  # pylint: disable=protected-access
   libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -108,21 +127,27 @@ def _serve() -> Optional[dict]:
   os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
   tff_runtime.isolate_network()  # Before any thread starts, as scripts.cli does.
   _preload()
-  answers = os.fdopen(os.dup(1), "w")
-  print(json.dumps({"ready": os.getpid()}), file=answers, flush=True)
-  for line in sys.stdin:
-    request = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-      libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-      answers.close()
-      _become(request)
-      return request
-    print(json.dumps({"pid": pid}), file=answers, flush=True)
-    _, status = os.waitpid(pid, 0)
-    print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), file=answers,
-          flush=True)
-  return None
+  answers = os.dup(1)
+  _answer(answers, {"ready": os.getpid()})
+  pending = b""
+  while True:
+    _reap(answers)
+    if not select.select([0], [], [], 0.02)[0]:
+      continue
+    chunk = os.read(0, 1 << 16)
+    if not chunk:
+      return None  # The test process is done; the children die with this one.
+    pending += chunk
+    while b"\n" in pending:
+      line, pending = pending.split(b"\n", 1)
+      request = json.loads(line)
+      pid = os.fork()
+      if pid == 0:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        os.close(answers)
+        _become(request)
+        return request
+      _answer(answers, {"pid": pid})
 
 
 def _become(request: dict) -> None:
@@ -141,67 +166,142 @@ def _become(request: dict) -> None:
   sys.argv = [request.get("module") or "-c", *request["args"]]
 
 
+class ForkedProcess:
+  """A child the server forked: what the tests use of `subprocess.Popen`
+  (`pid`, `poll`, `wait`, `communicate`, signals, `stdout`/`stderr` read once
+  it ended); its output is captured in files under `scratch`."""
+
+  def __init__(self, server: "ScriptServer", pid: int, args: list, scratch: str):
+    self.pid, self.args, self._server, self._scratch = pid, args, server, scratch
+    self.returncode: Optional[int] = None
+
+  def _output(self, name: str) -> str:
+    with open(os.path.join(self._scratch, name), errors="replace") as f:
+      return f.read()
+
+  @property
+  def stdout(self) -> io.StringIO:
+    return io.StringIO(self._output("stdout"))
+
+  @property
+  def stderr(self) -> io.StringIO:
+    return io.StringIO(self._output("stderr"))
+
+  def poll(self) -> Optional[int]:
+    self.returncode = self._server.returncode_of(self.pid, timeout=0)
+    return self.returncode
+
+  def wait(self, timeout: Optional[float] = None) -> int:
+    self.returncode = self._server.returncode_of(self.pid, timeout)
+    if self.returncode is None:
+      raise subprocess.TimeoutExpired(self.args, timeout)
+    return self.returncode
+
+  def communicate(self, timeout: Optional[float] = None) -> Tuple[str, str]:
+    self.wait(timeout)
+    return self._output("stdout"), self._output("stderr")
+
+  def send_signal(self, signum: int) -> None:
+    if self.poll() is None:
+      os.kill(self.pid, signum)
+
+  def kill(self) -> None:
+    self.send_signal(signal.SIGKILL)
+
+
 class ScriptServer:
-  """One server process; `run` is `subprocess.run(capture_output=True, text=True)`
-  of `python -m module args` (or `python -c code args`)."""
+  """One server process; `start` is `subprocess.Popen` and `run` is
+  `subprocess.run(capture_output=True, text=True)` of `python -m module args`
+  (or `python -c code args`)."""
 
   def __init__(self):
     self._process: Optional[subprocess.Popen] = None
+    self._scratch = tempfile.TemporaryDirectory(prefix="script_server_")
+    self._exits: Dict[int, int] = {}
+    self._pending = b""
+    self._count = 0
 
-  def _start(self) -> subprocess.Popen:
+  def _server(self) -> subprocess.Popen:
     if self._process is None or self._process.poll() is not None:
       self._process = subprocess.Popen(
           [sys.executable, "-m", "tests.script_server"], cwd=ROOT, stdin=subprocess.PIPE,
           stdout=subprocess.PIPE, text=True)
+      self._pending = b""
       atexit.register(self.close)
-      self._answer(timeout=300)
+      self._next_answer(timeout=300)
     return self._process
 
-  def _answer(self, timeout: Optional[float]) -> dict:
-    ready, _, _ = select.select([self._process.stdout], [], [], timeout)
-    if not ready:
-      raise subprocess.TimeoutExpired("tests.script_server", timeout)
-    line = self._process.stdout.readline()
-    if not line:
-      raise RuntimeError("the script server ended")
-    return json.loads(line)
+  def _next_answer(self, timeout: Optional[float]) -> Optional[dict]:
+    """The server's next line (an exit is recorded and returned), or None.
+    Read unbuffered: a buffered line would hide from `select`."""
+    while b"\n" not in self._pending:
+      if not select.select([self._process.stdout], [], [], timeout)[0]:
+        return None
+      chunk = os.read(self._process.stdout.fileno(), 1 << 16)
+      if not chunk:
+        raise RuntimeError("the script server ended")
+      self._pending += chunk
+    line, self._pending = self._pending.split(b"\n", 1)
+    answer = json.loads(line)
+    if "exited" in answer:
+      self._exits[answer["exited"]] = answer["returncode"]
+    return answer
 
-  def run(self, args: Sequence[str], module: Optional[str] = None,
-          code: Optional[str] = None, cwd: str = ROOT,
-          env: Optional[Dict[str, Optional[str]]] = None, input: str = "",  # pylint: disable=redefined-builtin
-          timeout: Optional[float] = 900) -> subprocess.CompletedProcess:
-    """Runs `module` (or `code`) with `args` in a forked child reading `input`;
+  def returncode_of(self, pid: int, timeout: Optional[float]) -> Optional[int]:
+    """The child's exit code, waiting up to `timeout` s (None: for ever)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while pid not in self._exits:
+      left = None if deadline is None else max(0.0, deadline - time.monotonic())
+      if self._next_answer(left) is None:
+        return None
+    return self._exits[pid]
+
+  def start(self, args: Sequence[str], module: Optional[str] = None,
+            code: Optional[str] = None, cwd: str = ROOT,
+            env: Optional[Dict[str, Optional[str]]] = None,
+            input: str = "") -> ForkedProcess:  # pylint: disable=redefined-builtin
+    """Starts `module` (or `code`) with `args` in a forked child reading `input`;
     `env` entries set (a None value unsets) variables of its os.environ."""
     if any(arg.split("=")[0] in _NEEDS_A_REAL_PROCESS for arg in args):
       raise ValueError(f"{args}: needs a real process (see tests.script_server)")
-    process = self._start()
+    server = self._server()
+    self._count += 1
+    scratch = os.path.join(self._scratch.name, str(self._count))
+    os.makedirs(scratch)
+    for name, text in (("stdin", input), ("stdout", ""), ("stderr", "")):
+      with open(os.path.join(scratch, name), "w") as f:
+        f.write(text)
+    server.stdin.write(json.dumps({
+        "module": module, "code": code, "args": list(args), "cwd": os.path.abspath(cwd),
+        "env": env or {}, **{name: os.path.join(scratch, name)
+                             for name in ("stdin", "stdout", "stderr")}}) + "\n")
+    server.stdin.flush()
+    answer = self._next_answer(timeout=60)
+    while answer is not None and "pid" not in answer:
+      answer = self._next_answer(timeout=60)
+    if answer is None:
+      raise RuntimeError("the script server did not start the child")
     command = [sys.executable, *(["-m", module] if module else ["-c", code]), *args]
-    with tempfile.TemporaryDirectory() as scratch:
-      outputs = {name: os.path.join(scratch, name) for name in ("stdout", "stderr")}
-      for path in outputs.values():
-        open(path, "w").close()
-      with open(os.path.join(scratch, "stdin"), "w") as f:
-        f.write(input)
-      process.stdin.write(json.dumps({
-          "module": module, "code": code, "args": list(args), "cwd": os.path.abspath(cwd),
-          "env": env or {},
-          "stdin": os.path.join(scratch, "stdin"), **outputs}) + "\n")
-      process.stdin.flush()
-      pid = self._answer(timeout=60)["pid"]
-      try:
-        returncode = self._answer(timeout)["returncode"]
-      except subprocess.TimeoutExpired:
-        os.kill(pid, signal.SIGKILL)
-        self._answer(timeout=60)
-        raise subprocess.TimeoutExpired(command, timeout) from None
-      texts = {name: open(path, errors="replace").read() for name, path in outputs.items()}
-    return subprocess.CompletedProcess(command, returncode, texts["stdout"], texts["stderr"])
+    return ForkedProcess(self, answer["pid"], command, scratch)
+
+  def run(self, args: Sequence[str], timeout: Optional[float] = 900,
+          **options) -> subprocess.CompletedProcess:
+    """`start`, then its output once it ends (killed after `timeout` s)."""
+    process = self.start(args, **options)
+    try:
+      stdout, stderr = process.communicate(timeout)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+      raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
   def close(self) -> None:
     if self._process is not None:
       self._process.stdin.close()
       self._process.wait(timeout=120)
       self._process = None
+    self._scratch.cleanup()
 
 
 def _run_as_main(request: dict) -> None:

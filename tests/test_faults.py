@@ -29,7 +29,7 @@ def cache_dir(tmp_path_factory):
 def uninterrupted(cache_dir, tmp_path_factory):
   """The results of the small run with nothing going wrong."""
   output_dir = str(tmp_path_factory.mktemp("uninterrupted"))
-  process = run_script(output_dir, cache_dir)
+  process = run_script(output_dir, cache_dir, forked=False)
   _, stderr = process.communicate(timeout=600)
   assert process.returncode == 0, stderr[-3000:]
   # A clean exit: no finalizer's traceback once the worker has stopped (the
@@ -115,12 +115,17 @@ def test_a_worker_that_dies_twice_is_replaced_and_the_run_ends_the_same(
   assert not {first, second, third} & worker_pids()  # Nothing outlives the run.
 
 
-def test_torn_checkpoint_is_set_aside_and_the_run_finishes_the_same(
+def test_a_killed_run_with_a_torn_checkpoint_resumes_to_the_same_results(
     cache_dir, uninterrupted, tmp_path):
   process = run_script(tmp_path, cache_dir)
   wait_for_round(tmp_path, 5)  # Checkpoints of rounds 0, 2 and 4 exist.
+  workers = workers_of(process.pid)
+  assert workers
   os.kill(process.pid, signal.SIGKILL)
   process.wait()
+  time.sleep(1)
+  assert not workers & worker_pids(), "a TFF worker outlived its program"
+  assert not os.path.exists(os.path.join(tmp_path, "results.json"))
   directory = os.path.join(tmp_path, "checkpoints")
   # A kill that lands while the next checkpoint is written leaves it staged,
   # never under its final name.
@@ -139,6 +144,8 @@ def test_torn_checkpoint_is_set_aside_and_the_run_finishes_the_same(
   assert f"unreadable_{newest}" in stderr
   assert os.path.isdir(os.path.join(directory, f"unreadable_{newest}"))
   assert results_of(tmp_path) == uninterrupted
+  with open(os.path.join(tmp_path, "metrics.csv")) as f:  # Each round once.
+    assert [int(r["round"]) for r in csv.DictReader(f)] == list(range(1, 9))
 
 
 def test_a_second_run_on_the_same_directory_is_refused(cache_dir, tmp_path):

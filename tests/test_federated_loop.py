@@ -1,10 +1,8 @@
-"""Federated runs on the small preset: learning, IID control, resume after SIGKILL."""
+"""Federated runs on the small preset: learning, the IID control, resuming, DP."""
 
 import csv
 import json
 import os
-import signal
-import time
 
 import numpy as np
 import pytest
@@ -14,11 +12,6 @@ from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms.differential_privacy import DPConfig
 from tasks.movielens import movielens_task
 from tests.configs import train_movielens
-from tests.script_runs import run_script
-from tests.script_runs import wait_for_round
-from tests.script_runs import worker_pids
-from tests.script_runs import workers_of
-
 
 
 @pytest.fixture(scope="module")
@@ -110,36 +103,6 @@ def test_shuffled_control_is_its_own_setting(tff_context, cache_dir, tmp_path):
   assert results["setting"] == "federated_shuffled"
   with open(os.path.join(tmp_path, "run_config.json")) as f:
     assert json.load(f)["task"]["shuffle_across_users"] is True
-
-
-def test_resume_after_sigkill_gives_the_same_results(cache_dir, tmp_path):
-  uninterrupted = os.path.join(tmp_path, "uninterrupted")
-  process = run_script(uninterrupted, cache_dir)
-  _, stderr = process.communicate(timeout=600)
-  assert process.returncode == 0, stderr[-3000:]
-
-  killed = os.path.join(tmp_path, "killed")
-  process = run_script(killed, cache_dir)
-  wait_for_round(killed, 3)  # Kill between checkpoints (round 3).
-  workers = workers_of(process.pid)  # Not other tests' workers (pytest -n).
-  assert workers
-  os.kill(process.pid, signal.SIGKILL)
-  process.wait()
-  time.sleep(1)
-  assert not workers & worker_pids(), "a TFF worker outlived its program"
-  assert not os.path.exists(os.path.join(killed, "results.json"))
-
-  process = run_script(killed, cache_dir)
-  _, stderr = process.communicate(timeout=600)
-  assert process.returncode == 0, stderr[-3000:]
-  with open(os.path.join(uninterrupted, "results.json")) as f:
-    expected = json.load(f)
-  with open(os.path.join(killed, "results.json")) as f:
-    resumed = json.load(f)
-  assert resumed["examples_seen"] == expected["examples_seen"]
-  assert resumed["test"] == expected["test"]
-  with open(os.path.join(killed, "metrics.csv")) as f:
-    assert [int(r["round"]) for r in csv.DictReader(f)] == list(range(1, 9))
 
 
 def test_a_finished_run_extended_to_more_rounds_equals_one_run_of_them(

@@ -34,7 +34,7 @@ def test_the_peak_counts_a_child_process():
   # high-water marks).
   assert report["peak_rss_mb"] >= own_mb + 0.9 * CHILD_MB
   assert report["peak_rss_mb"] <= report["peak_rss_mb_sum_of_high_water_marks"] + 1
-  assert peak_before_exit <= report["peak_rss_mb"]
+  assert peak_before_exit <= report["peak_rss_mb"] + 0.05  # The report rounds to 0.1 MB.
 
 
 def test_the_peak_counts_this_process():

@@ -44,7 +44,8 @@ def test_three_workers_equal_one_and_a_lost_worker_resumes_identically(tmp_path)
   ports = [portpicker.pick_unused_port() for _ in range(3)]
   workers = [start_worker(port) for port in ports]
   addresses = "--workers=" + ",".join(f"localhost:{port}" for port in ports)
-  run = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses)
+  run = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses,
+                   forked=False)
   wait_for_round(str(tmp_path / "three"), 5)
   workers[1].kill()  # The worker dies with its script (parent-death signal).
   lost_at = time.monotonic()
@@ -56,7 +57,8 @@ def test_three_workers_equal_one_and_a_lost_worker_resumes_identically(tmp_path)
                        f"scripts.worker --port={ports[1]}) and re-run the same command to "
                        "resume from the last checkpoint")
   workers[1] = start_worker(ports[1])
-  resumed = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses)
+  resumed = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses,
+                       forked=False)
   assert resumed.wait(timeout=600) == 0, resumed.stderr.read()[-3000:]
   assert results_of(tmp_path / "three")["test"] == results_of(tmp_path / "alone")["test"]
   for worker in workers:
