@@ -26,6 +26,11 @@ def run_module(module, *args, **options):
   return _server().run(args, module=module, **options)
 
 
+def start_module(module, *args, **options):
+  """Starts `python -m module args` as `run_module` runs it: a Popen-like handle."""
+  return _server().start(args, module=module, **options)
+
+
 def run_code(code, *args, **options):
   """`python -c code args`, as `run_module` runs a module."""
   return run_module(None, *args, code=code, **options)
@@ -34,10 +39,10 @@ def run_code(code, *args, **options):
 def run_script(output_dir, cache, *extra, prefix=(), forked=True):
   """Starts scripts.train_federated on the small preset: a forked child
   (`tests.script_server`), or with `prefix` (a wrapper command) or not
-  `forked` a new interpreter."""
+  `forked` a new interpreter (whose teardown a test checks)."""
   args = [*SMALL_RUN, *extra, f"--output_dir={output_dir}", f"--cache_dir={cache}"]
   if forked and not prefix:
-    return _server().start(args, module="scripts.train_federated")
+    return start_module("scripts.train_federated", *args)
   return subprocess.Popen([*prefix, sys.executable, "-m", "scripts.train_federated", *args],
                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)

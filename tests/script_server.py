@@ -12,10 +12,11 @@ with the script's exit code after its atexit handlers, without the teardown
 of the interpreter's modules (a check of that teardown needs a real process). The server dies with the test process and each child with the
 server (PR_SET_PDEATHSIG), so nothing outlives the session.
 
-What a fork cannot give needs a real process (`subprocess`): a setting read
-when an interpreter or a library starts (LD_PRELOAD, MALLOC_*, PYTHON*, TF_*),
-the host network (`--workers`; the server keeps the private namespace of
-`tff_runtime.isolate_network`), and a test of signals or parentage.
+A child is in the test process's network namespace, as a subprocess would be,
+until the script's `scripts.cli` isolates it (the child is single-threaded, as
+`tff_runtime.isolate_network` needs). What a fork cannot give needs a real
+process (`subprocess`): a setting read when an interpreter or a library starts
+(LD_PRELOAD, MALLOC_*, PYTHON*, TF_*), and the teardown of the interpreter.
 """
 
 import ast
@@ -41,7 +42,6 @@ _THIRD_PARTY = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "psutil", "por
                 "tensorflow_recommenders", "dp_accounting")
 _PACKAGES = ("fed_retrieval", "losses", "tasks")
 _DEFINES_FLAGS = re.compile(r"\bDEFINE_\w*\(|flags\.DEFINE")
-_NEEDS_A_REAL_PROCESS = ("--workers",)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -125,7 +125,6 @@ def _serve() -> Optional[dict]:
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
   os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-  tff_runtime.isolate_network()  # Before any thread starts, as scripts.cli does.
   _preload()
   answers = os.dup(1)
   _answer(answers, {"ready": os.getpid()})
@@ -262,8 +261,6 @@ class ScriptServer:
             input: str = "") -> ForkedProcess:  # pylint: disable=redefined-builtin
     """Starts `module` (or `code`) with `args` in a forked child reading `input`;
     `env` entries set (a None value unsets) variables of its os.environ."""
-    if any(arg.split("=")[0] in _NEEDS_A_REAL_PROCESS for arg in args):
-      raise ValueError(f"{args}: needs a real process (see tests.script_server)")
     server = self._server()
     self._count += 1
     scratch = os.path.join(self._scratch.name, str(self._count))

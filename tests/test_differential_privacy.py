@@ -18,7 +18,7 @@ from tests.linear_clients import CLIENT_A, CLIENT_B, W0, dataset, linear_model_f
 from tests.linear_clients import mse_gradient
 
 
-@pytest.mark.parametrize("noise,probability,rounds", [(1.0, 0.2, 100), (0.7, 0.05, 30),
+@pytest.mark.parametrize("noise,probability,rounds", [(1.0, 0.2, 20), (0.7, 0.05, 30),
                                                       (2.0, 1.0, 10)])
 def test_epsilon_is_dp_accountings_for_poisson_sampled_gaussian_rounds(noise, probability,
                                                                         rounds):

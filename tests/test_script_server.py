@@ -8,6 +8,7 @@ import pytest
 from tests import script_server
 from tests.script_runs import run_code
 from tests.script_runs import run_module
+from tests.script_runs import start_module
 
 
 def test_a_child_gets_its_argv_environment_input_and_exit_code(tmp_path):
@@ -33,16 +34,12 @@ def test_a_module_runs_as_main_with_its_flags():
 
 
 def test_a_signal_ends_a_child_and_a_timeout_kills_it():
-  server = script_server.ScriptServer()
-  try:
-    sleeper = server.start([], code="import time; time.sleep(60)")
-    assert sleeper.poll() is None
-    sleeper.send_signal(signal.SIGTERM)
-    assert sleeper.wait(timeout=30) == -signal.SIGTERM
-    with pytest.raises(subprocess.TimeoutExpired):
-      server.run([], code="import time; time.sleep(60)", timeout=0.5)
-  finally:
-    server.close()
+  sleeper = start_module(None, code="import time; time.sleep(60)")
+  assert sleeper.poll() is None
+  sleeper.send_signal(signal.SIGTERM)
+  assert sleeper.wait(timeout=30) == -signal.SIGTERM
+  with pytest.raises(subprocess.TimeoutExpired):
+    run_code("import time; time.sleep(60)", timeout=0.5)
 
 
 def test_the_preload_leaves_out_every_module_that_defines_a_flag():

@@ -12,6 +12,7 @@ import portpicker
 import pytest
 
 from tests.script_runs import ROOT
+from tests.script_runs import run_module
 from tests.script_runs import run_script
 from tests.script_runs import wait_for_round
 from tests.script_runs import workers_of
@@ -19,13 +20,15 @@ from tests.script_runs import workers_of
 THREE_SHARDS = ["--client_shards=3", "--rounds=10"]
 
 
-def start_worker(port):
-  process = subprocess.Popen([sys.executable, "-m", "scripts.worker", f"--port={port}"],
-                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-  line = process.stderr.readline()  # Once the worker answers.
-  assert f"listening on port {port}" in line, line + process.stderr.read()
-  return process
+def start_workers(*ports):
+  """One scripts.worker per port, started together, once each answers."""
+  processes = [subprocess.Popen([sys.executable, "-m", "scripts.worker", f"--port={port}"],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for port in ports]
+  for port, process in zip(ports, processes):
+    line = process.stderr.readline()
+    assert f"listening on port {port}" in line, line + process.stderr.read()
+  return processes
 
 
 def stop(worker):
@@ -40,12 +43,11 @@ def results_of(output_dir):
 
 def test_three_workers_equal_one_and_a_lost_worker_resumes_identically(tmp_path):
   alone = run_script(tmp_path / "alone", tmp_path / "cache", *THREE_SHARDS)
-  assert alone.wait(timeout=600) == 0, alone.stderr.read()[-3000:]
   ports = [portpicker.pick_unused_port() for _ in range(3)]
-  workers = [start_worker(port) for port in ports]
+  workers = start_workers(*ports)
+  assert alone.wait(timeout=600) == 0, alone.stderr.read()[-3000:]
   addresses = "--workers=" + ",".join(f"localhost:{port}" for port in ports)
-  run = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses,
-                   forked=False)
+  run = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses)
   wait_for_round(str(tmp_path / "three"), 5)
   workers[1].kill()  # The worker dies with its script (parent-death signal).
   lost_at = time.monotonic()
@@ -56,9 +58,8 @@ def test_three_workers_equal_one_and_a_lost_worker_resumes_identically(tmp_path)
                        "(its connection failed); start it again (python -m "
                        f"scripts.worker --port={ports[1]}) and re-run the same command to "
                        "resume from the last checkpoint")
-  workers[1] = start_worker(ports[1])
-  resumed = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses,
-                       forked=False)
+  (workers[1],) = start_workers(ports[1])
+  resumed = run_script(tmp_path / "three", tmp_path / "cache", *THREE_SHARDS, addresses)
   assert resumed.wait(timeout=600) == 0, resumed.stderr.read()[-3000:]
   assert results_of(tmp_path / "three")["test"] == results_of(tmp_path / "alone")["test"]
   for worker in workers:
@@ -69,7 +70,7 @@ def test_three_workers_equal_one_and_a_lost_worker_resumes_identically(tmp_path)
 
 def test_a_worker_that_dies_says_so_and_exits_3():
   port = portpicker.pick_unused_port()
-  worker = start_worker(port)
+  (worker,) = start_workers(port)
   (binary,) = workers_of(worker.pid)
   os.kill(binary, signal.SIGKILL)
   assert worker.wait(timeout=30) == 3
@@ -87,11 +88,9 @@ def test_a_worker_that_dies_says_so_and_exits_3():
      "error: --workers: federated fedaws runs on one worker (drop --workers)"),
 ])
 def test_refused_in_one_line_with_exit_2_writing_nothing(tmp_path, flags, message):
-  result = subprocess.run(
-      [sys.executable, "-m", "scripts.train_federated", *flags,
-       f"--output_dir={tmp_path}/run"] + (
-           [] if "--task=xc" in flags else [f"--cache_dir={tmp_path}/cache"]),
-      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  result = run_module(
+      "scripts.train_federated", *flags, f"--output_dir={tmp_path}/run",
+      *([] if "--task=xc" in flags else [f"--cache_dir={tmp_path}/cache"]))
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1].startswith(message), result.stderr
   assert not os.path.exists(tmp_path / "run")
