@@ -173,7 +173,16 @@ def run(main: Callable[[Sequence[str]], None],
     except (tf.errors.PermissionDeniedError, tf.errors.ResourceExhaustedError) as e:
       _fail(e.message.splitlines()[0])
 
-  app.run(guarded_main)
+  def parse_flags(argv: Sequence[str]) -> Sequence[str]:
+    """absl's parse, but a flag it refuses (unknown, or a value of the wrong
+    type or outside its choices) is one error line and exit 2, not absl's
+    two-line 'FATAL Flags parsing error' and exit 1."""
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:
+      _fail(str(e))
+
+  app.run(guarded_main, flags_parser=parse_flags)
 
 
 def _fail(message: str) -> None:
