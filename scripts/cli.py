@@ -11,11 +11,9 @@ import sys
 import threading
 from typing import Callable, List, Sequence, Tuple, Union
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-# gRPC (TFF's worker channel) prints fork notices when the worker is started
-# from a threaded process; neither they nor its info logs help a user.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+from fed_retrieval.runtime import quiet_environment
+
+quiet_environment.apply()
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top

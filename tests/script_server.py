@@ -5,12 +5,14 @@ A test that runs `python -m scripts.X` pays TensorFlow's and TFF's import
 `run_module` gives the same process boundary without it: one server per test
 process imports the libraries (never a module that defines a flag, nor runs a
 TensorFlow op, so its child starts as a clean interpreter would) and forks a
-child per request. The child points fds 0-2 at the caller's files, applies `env`, changes directory and returns to this module's top
-level, where it runs the module as `__main__` as `python -m` does (the
-script's own import of `scripts.cli` installs its Ctrl-C handling), then ends
-with the script's exit code after its atexit handlers, without the teardown
-of the interpreter's modules (a check of that teardown needs a real process). The server dies with the test process and each child with the
-server (PR_SET_PDEATHSIG), so nothing outlives the session.
+child per request. The child points fds 0-2 at the caller's files, applies
+`env`, changes directory and returns to this module's top level, where it
+runs the module as `__main__` as `python -m` does (the script's own import of
+`scripts.cli` installs its Ctrl-C handling), then ends with the script's exit
+code after its atexit handlers, without the teardown of the interpreter's
+modules (a check of that teardown needs a real process). The server dies with
+the test process and each child with the server (PR_SET_PDEATHSIG), so
+nothing outlives the session.
 
 A child is in the test process's network namespace, as a subprocess would be,
 until the script's `scripts.cli` isolates it (the child is single-threaded, as
@@ -21,6 +23,7 @@ process (`subprocess`): a setting read when an interpreter or a library starts
 
 import ast
 import atexit
+import ctypes
 import io
 import json
 import os
@@ -35,6 +38,7 @@ import tempfile
 import time
 from typing import Dict, Optional, Sequence, Tuple
 
+from fed_retrieval.runtime import quiet_environment
 from tests.script_runs import ROOT
 
 _THIRD_PARTY = ("numpy", "pandas", "pyarrow", "scipy", "sklearn", "psutil", "portpicker",
@@ -51,8 +55,9 @@ def _top_level_imports(path: str, package_modules: Sequence[str]) -> set:
     tree = ast.parse(f.read())
   names = set()
   for node in tree.body:
-    for child in ast.walk(node) if not isinstance(
-        node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ():
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      continue
+    for child in ast.walk(node):
       if isinstance(child, ast.Import):
         names.update(alias.name for alias in child.names)
       elif isinstance(child, ast.ImportFrom) and child.module and not child.level:
@@ -63,7 +68,7 @@ def _top_level_imports(path: str, package_modules: Sequence[str]) -> set:
 
 def flag_free_modules() -> list:
   """The project's modules whose import defines no flag, directly or through
-  another project module, in an order that imports each after its imports."""
+  another project module (sorted: packages first)."""
   paths = {}
   for package in _PACKAGES:
     paths[package] = os.path.join(ROOT, package, "__init__.py")
@@ -91,8 +96,7 @@ def _preload() -> None:
   for name in _THIRD_PARTY:
     importlib.import_module(name)
   for name in flag_free_modules():
-    if not name.startswith("tests."):
-      importlib.import_module(name)
+    importlib.import_module(name)
   from absl import flags  # pylint: disable=g-import-not-at-top
   defined = [module for module in flags.FLAGS.flags_by_module_dict()
              if module.split(".")[0] in _PACKAGES + ("scripts",)]
@@ -119,12 +123,9 @@ def _reap(answers: int) -> None:
 def _serve() -> Optional[dict]:
   """Forks a child per request line, answering {"pid": pid} at once and
   {"exited": ...} when it ends, until stdin ends; in a child, returns its request."""
-  from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
-  libc = tff_runtime._libc()  # pylint: disable=protected-access
+  libc = ctypes.CDLL(None, use_errno=True)
   libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-  os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+  quiet_environment.apply()  # Before the preload imports TF and gRPC.
   _preload()
   answers = os.dup(1)
   _answer(answers, {"ready": os.getpid()})
@@ -162,7 +163,7 @@ def _become(request: dict) -> None:
     os.dup2(target, fd)
     os.close(target)
   sys.stdin = open(0, closefd=False)
-  sys.argv = [request.get("module") or "-c", *request["args"]]
+  sys.argv = [request["module"] or "-c", *request["args"]]
 
 
 class ForkedProcess:
@@ -219,6 +220,7 @@ class ScriptServer:
     self._exits: Dict[int, int] = {}
     self._pending = b""
     self._count = 0
+    atexit.register(self.close)
 
   def _server(self) -> subprocess.Popen:
     if self._process is None or self._process.poll() is not None:
@@ -226,7 +228,6 @@ class ScriptServer:
           [sys.executable, "-m", "tests.script_server"], cwd=ROOT, stdin=subprocess.PIPE,
           stdout=subprocess.PIPE, text=True)
       self._pending = b""
-      atexit.register(self.close)
       self._next_answer(timeout=300)
     return self._process
 
@@ -312,16 +313,19 @@ def _run_as_main(request: dict) -> None:
     else:
       exec(compile(request["code"], "<string>", "exec"),  # pylint: disable=exec-used
            {"__name__": "__main__", "__builtins__": __builtins__})
-  except SystemExit as e:
-    code = e.code if isinstance(e.code, int) else (e.code is not None and
-                                                   (print(e.code, file=sys.stderr) or 1))
+  except SystemExit as e:  # As the interpreter: None is 0, a message is printed and 1.
+    if e.code is None or isinstance(e.code, int):
+      code = e.code or 0
+    else:
+      print(e.code, file=sys.stderr)
+      code = 1
   except BaseException:  # pylint: disable=broad-except  (reported as Python does)
     sys.excepthook(*sys.exc_info())
     code = 1
   atexit._run_exitfuncs()  # pylint: disable=protected-access
   sys.stdout.flush()
   sys.stderr.flush()
-  os._exit(int(code))  # pylint: disable=protected-access
+  os._exit(code)  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":

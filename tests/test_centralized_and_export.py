@@ -17,8 +17,6 @@ from tests.configs import train_movielens_centrally
 from tasks.movielens.item_vocabulary import ItemVocabulary
 from tests.script_runs import run_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 @pytest.fixture(scope="module")
 def small_task(tmp_path_factory):

@@ -17,7 +17,6 @@ from tasks.movielens.item_vocabulary import ItemVocabulary
 from tests.configs import train_movielens_centrally
 from tests.script_runs import run_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Sparse movie ids, as in ml-latest-small (9,724 movies, ids up to 193,609).
 MOVIE_IDS = np.array([3, 50, 51, 700, 1_000, 5_000, 20_000, 70_000, 150_000, 193_609])
 

@@ -11,8 +11,6 @@ from tasks.movielens import movielens_task
 from tasks.movielens import prepared_dataset
 from tests.script_runs import run_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def run_script(*args):
   return run_module("scripts.prepare_movielens", *args)

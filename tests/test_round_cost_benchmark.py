@@ -1,7 +1,6 @@
 """The round-cost benchmark script: figures present and consistent (no timing targets)."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -10,8 +9,6 @@ from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import xc_encoder
 from tests.script_runs import run_module
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("algorithm,bag", [("fedss", "whole"), ("fedaws", "selected")])

@@ -1,12 +1,10 @@
 """The benchmark script's figures: present, positive and consistent (no timing targets)."""
 
 import json
-import os
 
 import pytest
-from tests.script_runs import run_module
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.script_runs import run_module
 
 
 @pytest.mark.parametrize("task_flags,workloads,trials", [
