@@ -109,3 +109,68 @@ def with_half_life(optimizer: tff.learning.optimizers.Optimizer, learning_rate: 
   return tff.learning.optimizers.schedule_learning_rate(
       optimizer, lambda step: learning_rate * tf.pow(
           0.5, tf.cast(step, tf.float32) / half_life))
+
+
+class _TouchedRowsOnly(tff.learning.optimizers.Optimizer):
+  """`inner`, stepping only the rows of each weight that the update touches.
+
+  A row (of an embedding table; an element of a vector) whose update is all
+  zeros keeps its weight and its per-weight statistics (Adam's moments,
+  Adagrad's sum, momentum) as they were, the way TF Addons' LazyAdam steps
+  sparse gradients. A server step of FedAvg on a table whose rows few clients
+  hold: plain Adam goes on moving a row no client trained this round on
+  momentum while its second moment decays. Shared state (step, rates) steps as
+  `inner`'s."""
+
+  def __init__(self, inner: tff.learning.optimizers.Optimizer):
+    self._inner = inner
+
+  def initialize(self, specs):
+    return self._inner.initialize(specs)
+
+  def next(self, state, weights, gradients):
+    new_state, new_weights = self._inner.next(state, weights, gradients)
+    gradients = tf.nest.map_structure(tf.convert_to_tensor, gradients)
+    touched = tf.nest.map_structure(_touched_rows, gradients)
+
+    def keep_untouched(old, new):
+      return tf.nest.map_structure(
+          lambda o, n, t: tf.where(t, n, o), old, new, touched)
+
+    state_out = type(new_state)()
+    for key, value in new_state.items():
+      state_out[key] = (keep_untouched(state[key], value)
+                        if _mirrors(value, weights) else value)
+    return state_out, keep_untouched(weights, new_weights)
+
+  def get_hparams(self, state):
+    return self._inner.get_hparams(state)
+
+  def set_hparams(self, state, hparams):
+    return self._inner.set_hparams(state, hparams)
+
+
+def _touched_rows(gradient: tf.Tensor) -> tf.Tensor:
+  """A boolean broadcastable to `gradient`: whether its row (along the first
+  axis) has a nonzero entry."""
+  nonzero = tf.not_equal(gradient, 0)
+  if gradient.shape.rank < 2:
+    return nonzero
+  return tf.reduce_any(nonzero, axis=list(range(1, gradient.shape.rank)), keepdims=True)
+
+
+def _mirrors(value, weights) -> bool:
+  """Whether `value` (an optimizer's state entry) holds one tensor per weight,
+  of the weight's shape."""
+  try:
+    tf.nest.assert_same_structure(value, weights)
+  except (ValueError, TypeError):
+    return False
+  return all(tf.convert_to_tensor(v).shape == tf.convert_to_tensor(w).shape
+             for v, w in zip(tf.nest.flatten(value), tf.nest.flatten(weights)))
+
+
+def touched_rows_only(optimizer: tff.learning.optimizers.Optimizer
+                      ) -> tff.learning.optimizers.Optimizer:
+  """`optimizer` stepping only the rows each update touches (`_TouchedRowsOnly`)."""
+  return _TouchedRowsOnly(optimizer)
