@@ -12,6 +12,7 @@ import portpicker
 import pytest
 
 from tests.script_runs import ROOT
+from tests.script_runs import run_code
 from tests.script_runs import run_module
 from tests.script_runs import run_script
 from tests.script_runs import wait_for_round
@@ -75,6 +76,38 @@ def test_a_worker_that_dies_says_so_and_exits_3():
   os.kill(binary, signal.SIGKILL)
   assert worker.wait(timeout=30) == 3
   assert f"port {port}) died unexpectedly (killed by signal SIGKILL" in worker.stderr.read()
+
+
+# Connects to a worker, stops its process (SIGSTOP: the port stays open and
+# the kernel still accepts TCP), then waits for the heartbeat to end it.
+_STOPPED_WORKER = """
+import os, signal, sys, time
+from fed_retrieval.runtime import tff_runtime
+workers = tff_runtime.RemoteWorkers([sys.argv[1]], heartbeat_seconds=1.0)
+workers.connect()
+os.kill(int(sys.argv[2]), signal.SIGSTOP)
+print(time.monotonic(), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_worker_whose_process_stops_is_named_within_two_heartbeats():
+  port = portpicker.pick_unused_port()
+  (worker,) = start_workers(port)
+  (binary,) = workers_of(worker.pid)
+  try:
+    watched = run_code(_STOPPED_WORKER, f"localhost:{port}", str(binary), timeout=60)
+    named_after = time.monotonic() - float(watched.stdout)
+  finally:
+    os.kill(binary, signal.SIGCONT)
+  assert watched.returncode == 3, watched.stderr[-2000:]
+  assert watched.stderr.strip().splitlines()[-1] == (
+      f"error: the TFF worker at localhost:{port} stopped answering (no new "
+      "connection within 1 s: its process stopped, or its host is down or "
+      f"unreachable); start it again (python -m scripts.worker --port={port}) and "
+      "re-run the same command to resume from the last checkpoint")
+  assert 1 <= named_after < 2 * 1.0 + 1  # Two heartbeats, and the exit.
+  assert stop(worker) == 0
 
 
 @pytest.mark.parametrize("flags,message", [

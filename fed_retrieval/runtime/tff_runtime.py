@@ -63,6 +63,9 @@ _GRPC_OPTIONS = [
 ]
 _STARTUP_TIMEOUT_SECONDS = 120.0
 _REMOTE_CONNECT_SECONDS = 30.0
+# Every this many seconds, each remote worker must accept a new connection
+# within as many: a worker that stops answering is named within twice this.
+HEARTBEAT_SECONDS = 10.0
 WORKER_DIED_EXIT_CODE = 3
 
 _network_isolated = False
@@ -335,8 +338,10 @@ def set_workers_execution_context(stubs: Sequence) -> None:
 
 
 # Remote channels: a worker that dies closes its connection, which the channel
-# sees at once; keepalive pings (no more often than a gRPC server accepts)
-# find a host that vanished; an idle channel never times out by itself.
+# sees at once; a worker that stops (SIGSTOP, a hung host) or vanishes (host
+# down, network cut) leaves it open, and `RemoteWorkers`' heartbeat finds it.
+# Keepalive pings stay no more often than a gRPC server accepts; an idle
+# channel never times out by itself.
 _REMOTE_GRPC_OPTIONS = _GRPC_OPTIONS + [
     ("grpc.keepalive_time_ms", 300_000),
     ("grpc.keepalive_timeout_ms", 20_000),
@@ -367,16 +372,22 @@ def is_loopback(host: str) -> bool:
 class RemoteWorkers:
   """TFF workers started elsewhere (`scripts.worker`) at host:port addresses,
   used together: a round's clients are split across them. A worker that
-  stops answering ends the program within moments (one line, exit code 3):
-  a remote worker cannot be restarted from here, and a call into it would
-  otherwise wait forever; a re-run resumes from the last checkpoint."""
+  stops answering ends the program with one line naming it (exit code 3): at
+  once when its connection fails (the process died), within
+  2 * `heartbeat_seconds` when it no longer accepts a new connection (its
+  process stopped, its host down or cut off). A remote worker cannot be
+  restarted from here, and a call into it would otherwise wait forever; a
+  re-run resumes from the last checkpoint."""
 
-  def __init__(self, addresses: Sequence[str]):
+  def __init__(self, addresses: Sequence[str],
+               heartbeat_seconds: float = HEARTBEAT_SECONDS):
     self.hosts_and_ports = [parse_worker_address(a) for a in addresses]
     self.addresses = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"
                       for h, p in self.hosts_and_ports]
     self.connected = False
     self._channels: List[grpc.Channel] = []
+    self._heartbeat_seconds = heartbeat_seconds
+    self._closed = threading.Event()
 
   def connect(self) -> None:
     import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -396,24 +407,44 @@ class RemoteWorkers:
     set_workers_execution_context(stubs)
     self.connected = True
     atexit.register(self.close)
+    threading.Thread(target=self._heartbeat, name="remote-worker-heartbeat",
+                     daemon=True).start()
 
   def _watch(self, address: str, state: grpc.ChannelConnectivity) -> None:
     if not self.connected or state in (grpc.ChannelConnectivity.READY,
                                        grpc.ChannelConnectivity.CONNECTING):
       return
-    _exit_with(remote_worker_lost_message(address))
+    _exit_with(remote_worker_lost_message(address, "its connection failed"))
+
+  def _heartbeat(self) -> None:
+    """Opens a new connection to each worker every `heartbeat_seconds`. The
+    HTTP/2 handshake needs the worker's process (a stopped one's kernel still
+    accepts TCP), and a host that vanished accepts nothing; the open channel
+    sees neither, its calls waiting forever."""
+    while not self._closed.wait(self._heartbeat_seconds):
+      for address in self.addresses:
+        probe = grpc.insecure_channel(address)
+        try:
+          grpc.channel_ready_future(probe).result(timeout=self._heartbeat_seconds)
+        except grpc.FutureTimeoutError:
+          if self.connected:
+            _exit_with(remote_worker_lost_message(
+                address, f"no new connection within {self._heartbeat_seconds:g} s: "
+                "its process stopped, or its host is down or unreachable"))
+        finally:
+          probe.close()
 
   def close(self) -> None:
     self.connected = False
+    self._closed.set()
     for channel in self._channels:
       channel.close()
 
 
-def remote_worker_lost_message(address: str) -> str:
-  return (f"error: the TFF worker at {address} stopped answering (its connection "
-          f"failed); start it again (python -m scripts.worker "
-          f"--port={address.rsplit(':', 1)[1]}) and re-run the same command to "
-          "resume from the last checkpoint")
+def remote_worker_lost_message(address: str, why: str) -> str:
+  return (f"error: the TFF worker at {address} stopped answering ({why}); start it "
+          f"again (python -m scripts.worker --port={address.rsplit(':', 1)[1]}) and "
+          "re-run the same command to resume from the last checkpoint")
 
 
 def use_remote_workers(addresses: Sequence[str], trusted_network: bool) -> None:
