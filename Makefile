@@ -116,18 +116,12 @@ benchmark: $(STAMP)
 # FedAwS's and FedSS's round at 10k, 100k and 670k classes (Amazon-670K's features),
 # and at 100k the contrasts: FedSS with the whole bag, full softmax.
 benchmark-round-cost: $(STAMP)
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=10000 \
-	    --num_features=135909
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=10000 \
-	    --num_features=135909
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=100000 \
-	    --num_features=135909
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=100000 \
-	    --num_features=135909
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=670091 \
-	    --num_features=135909
-	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=670091 \
-	    --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws \
+	    --num_classes=10000,100000,670091 --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --spreadout_search=exact \
+	    --num_classes=10000,670091 --num_features=135909
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss \
+	    --num_classes=10000,100000,670091 --num_features=135909
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --bag=whole \
 	    --num_classes=100000 --num_features=135909
 	$(PY) -m scripts.benchmark_round_cost --algorithm=full_softmax \

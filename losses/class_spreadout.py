@@ -11,13 +11,16 @@ rows, d(w, w') = ||w/|w| - w'/|w'|||, as the model scores with cosines.
   extraction of the paper lost the sign; the minus is the reading under which
   minimizing pushes each class away from its k most confusable classes (the
   paper's "adaptive nu": only classes closer than the (k+1)-th count).
-  N_k(c) is found with a chunked exact search (`scoring.chunked_top_k`) and held
-  fixed while differentiating.
+  N_k(c) is found with a chunked exact search (`scoring.chunked_top_k`), or
+  given (an approximate search on large tables), and held fixed while
+  differentiating.
 
 `spreadout_step` returns W - learning_rate * grad reg(W) (the paper's Step 14,
 with learning_rate = lambda * eta). Only the rows of C' and of their
 neighbours (topk) or all rows (all) move.
 """
+
+from typing import Optional
 
 import tensorflow as tf
 
@@ -62,8 +65,11 @@ def all_pairs_regularizer(rows: tf.Tensor, row_ids: tf.Tensor, table: tf.Tensor,
 
 def spreadout_step(table: tf.Tensor, class_ids: tf.Tensor, learning_rate: float,
                    mode: str = "topk", k: int = 10, margin: float = 1.0,
-                   max_scores_in_memory: int = 2 ** 25) -> tf.Tensor:
-  """W - learning_rate * grad reg(W), for the updated classes `class_ids` [n]."""
+                   max_scores_in_memory: int = 2 ** 25,
+                   neighbours: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """W - learning_rate * grad reg(W), for the updated classes `class_ids` [n].
+  `neighbours` [n, k] (topk): N_k found elsewhere (an approximate search,
+  `class_neighbours`); None: the exact search here."""
   if mode not in SPREADOUT_MODES:
     raise ValueError(f"--spreadout must be one of {', '.join(SPREADOUT_MODES)}, got "
                      f"'{mode}'")
@@ -71,7 +77,8 @@ def spreadout_step(table: tf.Tensor, class_ids: tf.Tensor, learning_rate: float,
   class_ids = tf.cast(class_ids, tf.int32)
   if mode == "topk":
     k = min(k, table.shape[0] - 1)  # With fewer classes: all of them.
-    neighbours = nearest_classes(table, class_ids, k, max_scores_in_memory)
+    if neighbours is None:
+      neighbours = nearest_classes(table, class_ids, k, max_scores_in_memory)
     rows, neighbour_rows = tf.gather(table, class_ids), tf.gather(table, neighbours)
     with tf.GradientTape() as tape:
       tape.watch([rows, neighbour_rows])

@@ -1,26 +1,34 @@
-r"""Seconds per round, process-tree memory and bytes of FedAwS or FedSS at a
-label-space size.
+r"""Seconds per round, process-tree memory and bytes of FedAwS or FedSS at
+label-space sizes.
 
-  python -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=100000 \
-      --num_features=20000 --num_negatives=500
+  python -m scripts.benchmark_round_cost --algorithm=fedaws \
+      --num_classes=10000,670091 --num_features=135909
 Prints one JSON object: seconds per round, `memory` (peak RSS of the process
 tree, the TFF worker included), bytes down and up per client and their share
-of the model. One configuration per process; `make benchmark-round-cost` runs
+of the model; FedAwS adds how its spreadout found neighbours and their recall.
+Several --num_classes run one after another, each in a child process of its
+own (its memory its own), and print {"runs": [...], "seconds_ratio_to_first":
+[...]}: sizes side by side in one sitting. `make benchmark-round-cost` runs
 both algorithms at 10k, 100k and 670k classes (Amazon-670K's 135,909
 features) with the same clients, and the contrasts at 100k.
 """
 
 import json
+import subprocess
+import sys
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
 
+from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.reports import page_flag
 from fed_retrieval.reports import result_files
 from fed_retrieval.reports import round_cost_benchmark
+from fed_retrieval.runtime import tff_runtime
 
-_NUM_CLASSES = flags.DEFINE_integer("num_classes", 10_000, "Classes (table rows).")
+_NUM_CLASSES = flags.DEFINE_list(
+    "num_classes", ["10000"], "Classes (table rows); several: each in its own process.")
 _ALGORITHM = flags.DEFINE_enum("algorithm", "fedss", list(round_cost_benchmark.ALGORITHMS),
                                "The FedAwS or FedSS algorithm to time.")
 _BAG = flags.DEFINE_enum("bag", "selected", list(fedaws.BAGS),
@@ -32,14 +40,49 @@ _CLIENTS = flags.DEFINE_integer("clients_per_round", 100, "Clients in the round.
 _CLASSES_PER_CLIENT = flags.DEFINE_integer("classes_per_client", 10,
                                            "Classes of each client's points.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds after one warm-up.")
+_SPREADOUT_SEARCH = flags.DEFINE_enum(
+    "spreadout_search", "auto", list(class_neighbours.SEARCHES),
+    "FedAwS: how the spreadout finds each class's neighbours (exact, approximate, "
+    f"auto: approximate from {class_neighbours.APPROXIMATE_FROM:,} classes up).")
+_SHARED = (_ALGORITHM, _BAG, _NUM_NEGATIVES, _NUM_FEATURES, _CLIENTS,
+           _CLASSES_PER_CLIENT, _REPEATS, _SPREADOUT_SEARCH)
+
+
+def _sizes() -> list:
+  try:
+    sizes = [int(n) for n in _NUM_CLASSES.value]
+  except ValueError as e:
+    raise ValueError(f"--num_classes: {e}") from e
+  if not sizes or min(sizes) < 2:
+    raise ValueError(f"--num_classes: each must be >= 2, got {_NUM_CLASSES.value}")
+  return sizes
+
+
+def _in_child(num_classes: int) -> dict:
+  """The report of one size, from a child process that dies with this one."""
+  argv = [sys.executable, "-m", "scripts.benchmark_round_cost",
+          f"--num_classes={num_classes}", *(f"--{f.name}={f.value}" for f in _SHARED)]
+  child = subprocess.run(argv, capture_output=True, text=True,
+                         preexec_fn=tff_runtime.die_with_parent)
+  if child.returncode != 0:
+    raise RuntimeError(f"the run at {num_classes} classes failed: "
+                       f"{child.stderr.strip()[-2000:]}")
+  return json.loads(child.stdout)
 
 
 def main(argv) -> None:
   del argv
-  report = round_cost_benchmark.round_benchmark(
-      _NUM_CLASSES.value, _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
-      _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
-      repeats=_REPEATS.value)
+  sizes = _sizes()
+  if len(sizes) == 1:
+    report = round_cost_benchmark.round_benchmark(
+        sizes[0], _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
+        _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
+        repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value)
+  else:
+    runs = [_in_child(n) for n in sizes]
+    first = runs[0]["seconds_per_round_min"]
+    report = {"runs": runs, "seconds_ratio_to_first": [
+        round(r["seconds_per_round_min"] / first, 2) for r in runs]}
   print(json.dumps(report, indent=2))
   result_files.write_report_page(page_flag.PAGE.value, "Sub-model round cost", report)
 

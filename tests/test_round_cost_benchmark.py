@@ -11,23 +11,17 @@ from fed_retrieval.models import xc_encoder
 from tests.script_runs import run_module
 
 
-@pytest.mark.parametrize("algorithm,bag", [("fedss", "whole"), ("fedaws", "selected")])
-def test_the_round_cost_script_reports_tree_memory_and_bytes(algorithm, bag):
-  result = run_module(
-      "scripts.benchmark_round_cost", f"--algorithm={algorithm}", f"--bag={bag}",
-      "--num_classes=300", "--num_features=500", "--num_negatives=20",
-      "--clients_per_round=4", "--classes_per_client=3", "--repeats=1")
-  assert result.returncode == 0, result.stderr[-3000:]
-  report = json.loads(result.stdout)
+def check_figures(report, algorithm, bag, num_classes):
+  """Tree memory, and bytes as the algorithm's own accounting gives them."""
   assert report["memory"]["processes"] >= 2  # Python and the TFF worker.
   assert report["memory"]["peak_rss_mb"] > 0
   assert report["seconds_per_round_min"] > 0
-  model = xc_encoder.XCEncoderConfig(500, 300, bag_dim=64, hidden_dims=(128,),
+  model = xc_encoder.XCEncoderConfig(500, num_classes, bag_dim=64, hidden_dims=(128,),
                                      embedding_dim=64)
   model_floats = sum(np.prod(s) for s in model.weight_shapes())
-  assert report["model_bytes"] == 4 * (model_floats + 300 * 64)
+  assert report["model_bytes"] == 4 * (model_floats + num_classes * 64)
   if bag == "whole":
-    expected = fedss.bytes_per_client(model.weight_shapes(), 300, 64, FedSSConfig(
+    expected = fedss.bytes_per_client(model.weight_shapes(), num_classes, 64, FedSSConfig(
         num_negatives=20, positives_per_client=3))
     assert (report["bytes_down_per_client"], report["bytes_up_per_client"]) == expected
   else:  # The dense layers, 3 class rows and the bag rows of <= 100 points' features.
@@ -36,3 +30,30 @@ def test_the_round_cost_script_reports_tree_memory_and_bytes(algorithm, bag):
     assert bag_rows == int(bag_rows) and 1 < bag_rows <= 501
   assert report["down_share_of_model"] == pytest.approx(
       report["bytes_down_per_client"] / report["model_bytes"], abs=1e-5)
+  assert report["algorithm"] == algorithm
+
+
+def test_the_round_cost_script_reports_tree_memory_and_bytes():
+  result = run_module(
+      "scripts.benchmark_round_cost", "--algorithm=fedss", "--bag=whole",
+      "--num_classes=300", "--num_features=500", "--num_negatives=20",
+      "--clients_per_round=4", "--classes_per_client=3", "--repeats=1")
+  assert result.returncode == 0, result.stderr[-3000:]
+  check_figures(json.loads(result.stdout), "fedss", "whole", 300)
+
+
+def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall():
+  result = run_module(
+      "scripts.benchmark_round_cost", "--algorithm=fedaws", "--num_classes=300,600",
+      "--spreadout_search=approximate", "--num_features=500", "--clients_per_round=4",
+      "--classes_per_client=3", "--repeats=1")
+  assert result.returncode == 0, result.stderr[-3000:]
+  report = json.loads(result.stdout)
+  assert [r["num_classes"] for r in report["runs"]] == [300, 600]
+  seconds = [r["seconds_per_round_min"] for r in report["runs"]]
+  assert report["seconds_ratio_to_first"] == [1.0, round(seconds[1] / seconds[0], 2)]
+  for run, num_classes in zip(report["runs"], (300, 600)):
+    check_figures(run, "fedaws", "selected", num_classes)  # A TFF worker each.
+    assert run["spreadout_search"] == "approximate"
+    # 69 and 98 lists, 64 of them scanned: most neighbours found.
+    assert 0.5 < run["spreadout_recall"] <= 1.0

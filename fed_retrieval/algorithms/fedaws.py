@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.algorithms import client_shards
 from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedavg
@@ -85,6 +86,8 @@ class FedAwSConfig:
   spreadout_k: int = 10
   spreadout_lambda: float = 0.1
   spreadout_margin: float = 1.0
+  # How topk finds each class's neighbours (`class_neighbours.SEARCHES`).
+  spreadout_search: str = "auto"
   rows_per_client: int = 1
 
   def __post_init__(self):
@@ -95,6 +98,7 @@ class FedAwSConfig:
       raise ValueError(f"--spreadout must be one of "
                        f"{', '.join(class_spreadout.SPREADOUT_MODES)}, got "
                        f"'{self.spreadout}'")
+    class_neighbours.is_approximate(self.spreadout_search, 0)  # Refuses an unknown one.
     for name in ("spreadout_k", "rows_per_client"):
       if getattr(self, name) < 1:
         raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
@@ -158,6 +162,36 @@ def bytes_per_client(model_config: XCEncoderConfig, config: FedAwSConfig,
       model_config.embedding_dim, config.trains_rows, bag_rows=bag_rows)
 
 
+def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
+                   seed: int) -> sub_model.TableStepFn:
+  """FedAwS's server spreadout on the updated classes (learning rate lambda *
+  eta), as the sub-model process's table step. With an exact search, one TF
+  graph; with an approximate one (`class_neighbours`, topk on large tables),
+  the neighbours come from an inverted file kept across rounds."""
+  rate = config.spreadout_lambda * config.client_learning_rate
+  num_rows, dim = initial_table.shape
+  signature = [tf.TensorSpec([num_rows, dim], tf.float32), tf.TensorSpec([None], tf.int32)]
+  if config.spreadout == "all" or not class_neighbours.is_approximate(
+      config.spreadout_search, num_rows):
+    exact = tf.function(lambda table, updated: class_spreadout.spreadout_step(
+        table, updated, rate, config.spreadout, config.spreadout_k,
+        config.spreadout_margin), input_signature=signature)
+    return lambda before, table, updated: exact(table, updated).numpy()
+  k = min(config.spreadout_k, num_rows - 1)
+  index = class_neighbours.ApproximateNeighbours(initial_table, seed)
+  given = tf.function(lambda table, updated, neighbours: class_spreadout.spreadout_step(
+      table, updated, rate, "topk", k, neighbours=neighbours),
+                      input_signature=signature + [tf.TensorSpec([None, k], tf.int32)])
+
+  def approximate(before, table, updated):
+    neighbours = index.nearest(before, table, updated, updated, k)
+    after = given(table, updated, neighbours).numpy()
+    index.moved(after, np.concatenate([updated, neighbours.ravel()]))
+    return after
+
+  return approximate
+
+
 def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
                          max_features: int, seed: int = 0, bag: str = "selected",
                          dp: Optional[ClientDP] = None, sharded: bool = False
@@ -176,14 +210,10 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
     return positive_hinge_loss(embeddings, rows, positions_in(labels, keys),
                                config.hinge_margin)
 
-  def spreadout(table, updated):
-    return class_spreadout.spreadout_step(
-        table, updated, config.spreadout_lambda * config.client_learning_rate,
-        config.spreadout, config.spreadout_k, config.spreadout_margin)
-
+  initial_table = xc_encoder.initial_class_table(model_config, seed)
   return sub_model.build_sub_model_process(sub_model.SubModelSpec(
       initial_tower=xc_encoder.initial_tower_weights(model_config, seed),
-      initial_table=xc_encoder.initial_class_table(model_config, seed),
+      initial_table=initial_table,
       batch_type=xc_batch_type(max_features),
       num_keys=config.rows_per_client,
       client_keys=lambda examples, _: client_keys(examples[1], config.rows_per_client),
@@ -192,7 +222,7 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
       server_optimizer=config.server_optimizer,
       server_learning_rate=config.server_learning_rate,
       trains_rows=config.trains_rows,
-      table_step=spreadout if config.spreads_out else None,
+      table_step=spreadout_step(config, initial_table, seed) if config.spreads_out else None,
       bag=selected_bag(bag),
       seed=seed, dp=dp, sharded=sharded))
 

@@ -88,7 +88,9 @@ ClientKeysFn = Callable[[Any, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
 ClientLossFn = Callable[[List[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor, Any],
                         tf.Tensor]
 # (table [C, D], ids of the rows updated this round) -> table.
-TableStepFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+# (the table the last round ended with, this round's table after its row
+# means, the rows those changed) -> the table after the step.
+TableStepFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,9 +244,6 @@ class SubModelProcess:
     self.client_round = sub_model_clients.ClientRound(
         spec, shapes[1:] if self._bagged else shapes, num_rows, dim,
         shapes[0][1] if self._bagged else 0).build(data_type)
-    if spec.table_step is not None:
-      self._table_step = tf.function(spec.table_step, input_signature=[
-          tf.TensorSpec([num_rows, dim], tf.float32), tf.TensorSpec([None], tf.int32)])
 
   def initialize(self) -> Dict[str, Any]:
     return {"tower": [w.copy() for w in self._initial_tower],
@@ -313,7 +312,7 @@ class SubModelProcess:
                                    spec.row_mean)
         table[updated] += means
       if spec.table_step is not None:
-        table = self._table_step(tf.constant(table), tf.constant(updated)).numpy()
+        table = spec.table_step(state["table"], table, updated)
     return {"tower": list(tower), "table": table, "optimizer": optimizer_state,
             "round": np.int64(round_num)}
 

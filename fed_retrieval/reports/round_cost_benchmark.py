@@ -18,6 +18,7 @@ from typing import Any, Dict, List
 import numpy as np
 import tensorflow as tf
 
+from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
@@ -48,7 +49,7 @@ def random_clients(num_clients: int, points_per_client: int, classes_per_client:
 
 def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str, bag: str,
                        num_negatives: int, classes_per_client: int, bag_rows: int,
-                       seed: int):
+                       seed: int, spreadout_search: str):
   """(process builder, (bytes down, up) of a client with `bag_rows` bag rows)."""
   bag_rows = bag_rows if bag == "selected" else None
   if algorithm in fedss.ALGORITHMS:
@@ -57,7 +58,8 @@ def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str, bag: s
     return (lambda: fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed, bag),
             fedss.bytes_per_client(model.weight_shapes(), model.num_labels,
                                    model.embedding_dim, config, bag_rows))
-  config = FedAwSConfig(algorithm=algorithm, rows_per_client=classes_per_client)
+  config = FedAwSConfig(algorithm=algorithm, rows_per_client=classes_per_client,
+                        spreadout_search=spreadout_search)
   down_up = (fedaws.bytes_per_client(model, config) if algorithm == "softmax_oracle"
              else fedaws.bytes_per_client(model, config, bag_rows))
   return (lambda: fedaws.build_process(model, config, FEATURES_PER_POINT, seed, bag),
@@ -70,14 +72,30 @@ def _largest_bag(clients: List[tf.data.Dataset]) -> int:
              for data in clients)
 
 
+def _spreadout_recall(model: xc_encoder.XCEncoderConfig, clients: List[tf.data.Dataset],
+                      table: np.ndarray, seed: int) -> float:
+  """Recall@k of the approximate neighbours (an index as the run keeps it: a
+  function of the table) of the clients' classes against the exact ones."""
+  held = np.unique(np.concatenate([y.numpy() for data in clients for _, y in data]))
+  k = FedAwSConfig().spreadout_k
+  index = class_neighbours.ApproximateNeighbours(
+      xc_encoder.initial_class_table(model, seed), seed)
+  found = index.nearest(None, table, held[:0], held, k)
+  return round(class_neighbours.recall_against_exact(
+      found, class_neighbours.exact_nearest(table, held, k)), 4)
+
+
 def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "selected",
                     num_negatives: int = 500,
                     num_features: int = 20_000, num_clients: int = 100,
                     points_per_client: int = 100, classes_per_client: int = 10,
-                    batch_size: int = 16, repeats: int = 3, seed: int = 0
-                    ) -> Dict[str, Any]:
+                    batch_size: int = 16, repeats: int = 3, seed: int = 0,
+                    spreadout_search: str = "auto") -> Dict[str, Any]:
   """The figures of `repeats` timed rounds of `algorithm` (small architecture);
-  bytes are the client with the most features' (`bag`: selected or whole)."""
+  bytes are the client with the most features' (`bag`: selected or whole).
+  FedAwS's report adds how its spreadout found neighbours and, when
+  approximately, their recall@k against the exact search on the final table,
+  for every class the clients hold (`spreadout_recall`)."""
   if algorithm not in ALGORITHMS:
     raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, "
                      f"got '{algorithm}'")
@@ -87,7 +105,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                            num_classes, num_features, batch_size, seed)
   build_process, (down, up) = _process_and_bytes(
       model, algorithm, bag, num_negatives, classes_per_client, _largest_bag(clients),
-      seed)
+      seed, spreadout_search)
   with tff_runtime.local_execution_context(), \
        process_memory.ProcessTreePeak() as peak:
     process = build_process()
@@ -101,7 +119,14 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   model_bytes = 4 * (sum(int(np.prod(s)) for s in model.weight_shapes()) +
                      num_classes * model.embedding_dim)
   oracle = algorithm in ("full_softmax", "softmax_oracle")  # The whole model.
-  return {"algorithm": algorithm, "bag": "whole" if oracle else bag,
+  spreadout = {}
+  if algorithm == "fedaws":
+    spreadout = {"spreadout_search": "approximate" if class_neighbours.is_approximate(
+        spreadout_search, num_classes) else "exact"}
+    if spreadout["spreadout_search"] == "approximate":
+      spreadout["spreadout_recall"] = _spreadout_recall(model, clients, state["table"],
+                                                        seed)
+  return {"algorithm": algorithm, "bag": "whole" if oracle else bag, **spreadout,
           "num_classes": num_classes,
           "num_features": num_features, "clients_per_round": num_clients,
           "seconds_per_round_min": round(min(seconds), 3),

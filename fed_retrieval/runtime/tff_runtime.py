@@ -199,12 +199,18 @@ def worker_binary_path() -> str:
   return path
 
 
+def die_with_parent() -> None:
+  """In a child before exec (`preexec_fn`): the kernel kills it when this
+  process dies, however it dies."""
+  _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def _prepare_worker() -> None:
   """In the worker before exec: killed when this process dies; its own process
   group, so a terminal's Ctrl-C reaches only the program (which decides how to
   end); SIGINT neither ignored nor blocked (the program may have either),
   since `stop` sends it."""
-  _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  die_with_parent()
   os.setpgrp()
   signal.signal(signal.SIGINT, signal.SIG_DFL)  # Not ignored, as in a background job.
   signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

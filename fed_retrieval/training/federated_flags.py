@@ -10,6 +10,7 @@ from typing import Optional
 
 from absl import flags
 
+from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedaws
@@ -199,6 +200,13 @@ SPREADOUT_LAMBDA = flags.DEFINE_float(
 SPREADOUT_MARGIN = flags.DEFINE_float(
     "spreadout_margin", _FEDAWS.spreadout_margin,
     "FedAwS --spreadout=all: the distance nu classes are pushed to.")
+SPREADOUT_SEARCH = flags.DEFINE_enum(
+    "spreadout_search", _FEDAWS.spreadout_search, list(class_neighbours.SEARCHES),
+    "FedAwS --spreadout=topk: how each updated class's nearest classes are "
+    "found: exact (every class scored, O(updated x classes) a round), "
+    "approximate (an inverted file kept across rounds, its recall stated by "
+    "scripts.benchmark_round_cost), auto (approximate from "
+    f"{class_neighbours.APPROXIMATE_FROM:,} classes up).")
 
 # What --help lists (`scripts.cli.run(help_groups=...)`): (title, the --task
 # it serves or None for all, flags).
@@ -215,7 +223,7 @@ DP_FLAGS = ("Client-level differential privacy", None, (
 FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", ("movielens", "xc"),
                (NUM_NEGATIVES, LOG_Q, ROW_MEAN))
 FEDAWS_FLAGS = ("FedAwS", "xc", (HINGE_MARGIN, SPREADOUT, SPREADOUT_K, SPREADOUT_LAMBDA,
-                                 SPREADOUT_MARGIN))
+                                 SPREADOUT_MARGIN, SPREADOUT_SEARCH))
 ALL_FLAGS = (LOOP_FLAGS, FEDAVG_FLAGS, DP_FLAGS, FEDSS_FLAGS, FEDAWS_FLAGS)
 
 
@@ -301,4 +309,4 @@ def fedaws_from_flags(defaults: FedAwSConfig = _FEDAWS) -> FedAwSConfig:
   """FedAwS's settings (`defaults`) with the FedAwS and optimization flags given."""
   return dataclasses.replace(defaults, **_given_fields(
       defaults, (*_OPTIMIZATION, HINGE_MARGIN, SPREADOUT, SPREADOUT_K, SPREADOUT_LAMBDA,
-                 SPREADOUT_MARGIN)))
+                 SPREADOUT_MARGIN, SPREADOUT_SEARCH)))

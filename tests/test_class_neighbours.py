@@ -1,0 +1,104 @@
+"""The nearest classes behind FedAwS's spreadout: the exact search, the inverted
+file kept across rounds, and the spreadout step on either."""
+
+import faiss
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fed_retrieval.algorithms import class_neighbours
+from fed_retrieval.algorithms import fedaws
+from losses import class_spreadout
+
+
+def clustered_table(num_rows, dim, clusters, spread, seed):
+  """Rows scattered around `clusters` random directions, as trained classes are."""
+  rng = np.random.default_rng(seed)
+  centres = rng.standard_normal((clusters, dim))
+  rows = centres[rng.integers(0, clusters, num_rows)] + spread * rng.standard_normal(
+      (num_rows, dim))
+  return rows.astype(np.float32)
+
+
+def test_exact_search_is_the_spreadouts_own():
+  table = np.random.default_rng(0).standard_normal((300, 8)).astype(np.float32)
+  ids = np.array([0, 5, 299, 17], np.int32)
+  np.testing.assert_array_equal(
+      class_neighbours.exact_nearest(table, ids, 10),
+      class_spreadout.nearest_classes(tf.constant(table), tf.constant(ids), 10).numpy())
+
+
+def test_scanning_every_list_is_exact():
+  table = clustered_table(200, 8, 5, 0.5, seed=1)  # 57 lists, nprobe 64: all.
+  index = class_neighbours.ApproximateNeighbours(table, seed=0)
+  assert index.nprobe == index.nlist == 57
+  ids = np.arange(0, 200, 7, dtype=np.int32)
+  np.testing.assert_array_equal(index.nearest(None, table, ids, ids, 10),
+                                class_neighbours.exact_nearest(table, ids, 10))
+
+
+def test_rows_moved_round_by_round_search_as_an_index_built_anew():
+  """The index after rounds of moved rows finds what one built from the final
+  table finds (a resumed run rebuilds it)."""
+  rng = np.random.default_rng(2)
+  table = clustered_table(20_000, 16, 100, 0.3, seed=2)
+  kept = class_neighbours.ApproximateNeighbours(table, seed=0)
+  before = None
+  for _ in range(3):
+    changed = rng.choice(len(table), 500, replace=False).astype(np.int32)
+    after = table.copy()
+    after[changed] += rng.standard_normal((500, 16)).astype(np.float32)
+    found = kept.nearest(before if before is not None else table, after, changed,
+                         changed[:50], 10)
+    before, table = after, after
+    kept.moved(after, changed)
+  anew = class_neighbours.ApproximateNeighbours(table, seed=0)
+  queries = np.arange(0, 20_000, 97, dtype=np.int32)
+  np.testing.assert_array_equal(kept.nearest(table, table, queries[:0], queries, 10),
+                                anew.nearest(None, table, queries[:0], queries, 10))
+  assert found.shape == (50, 10)
+
+
+@pytest.mark.parametrize("spread,least_recall", [(0.3, 0.95), (1.0, 0.85)])
+def test_a_query_scans_a_small_share_of_the_table_at_a_stated_recall(spread, least_recall):
+  """40,000 clustered rows: 800 lists, 64 scanned; the distances computed per
+  query stay near 64/800 of the table, and recall@10 against the exact
+  search is high on tight clusters and lower on loose ones."""
+  table = clustered_table(40_000, 32, 400, spread, seed=3)
+  index = class_neighbours.ApproximateNeighbours(table, seed=0)
+  ids = np.arange(0, 40_000, 200, dtype=np.int32)
+  index.nearest(None, table, ids[:0], ids[:1], 10)  # Builds the lists.
+  faiss.cvar.indexIVF_stats.reset()
+  found = index.nearest(table, table, ids[:0], ids, 10)
+  scanned = faiss.cvar.indexIVF_stats.ndis / len(ids)
+  assert (index.nlist, index.nprobe) == (800, 64)
+  assert scanned < 0.15 * len(table)
+  recall = class_neighbours.recall_against_exact(
+      found, class_neighbours.exact_nearest(table, ids, 10))
+  assert least_recall <= recall <= 1.0
+
+
+def test_the_approximate_spreadout_step_equals_the_exact_when_every_list_is_scanned():
+  """Three rounds of FedAwS's step on a 200-row table (every list scanned):
+  the approximate search's steps equal the exact one's."""
+  rng = np.random.default_rng(4)
+  table = rng.standard_normal((200, 8)).astype(np.float32)
+  exact = fedaws.spreadout_step(fedaws.FedAwSConfig(spreadout_search="exact"), table, 0)
+  approximate = fedaws.spreadout_step(
+      fedaws.FedAwSConfig(spreadout_search="approximate"), table, 0)
+  ours = theirs = table
+  for _ in range(3):
+    updated = np.sort(rng.choice(200, 20, replace=False)).astype(np.int32)
+    moved = rng.standard_normal((20, 8)).astype(np.float32)
+    ours_in, theirs_in = ours.copy(), theirs.copy()
+    ours_in[updated] += moved
+    theirs_in[updated] += moved
+    ours = approximate(ours, ours_in, updated)
+    theirs = exact(theirs, theirs_in, updated)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(ours, table)
+
+
+def test_an_unknown_search_is_refused_by_name():
+  with pytest.raises(ValueError, match="--spreadout_search must be one of"):
+    fedaws.FedAwSConfig(spreadout_search="fast")
