@@ -78,8 +78,6 @@ class FedAvgConfig:
   server_learning_rate: float = 0.05
   server_learning_rate_half_life: float = 0.0  # Rounds; 0: a constant rate.
   server_epsilon: Optional[float] = None
-  # The server steps only the rows of each weight the round's update touched.
-  server_touched_rows_only: bool = False
   # Each client batch's step compiled with XLA (shards of clients only).
   client_jit_compile: bool = False
   dp: Optional[differential_privacy.DPConfig] = None
@@ -114,8 +112,6 @@ def build_learning_process(model_fn: ModelFn, config: FedAvgConfig, loop
   server_optimizer = optimizers.tff_optimizer(
       config.server_optimizer, config.server_learning_rate, "server_optimizer",
       epsilon=config.server_epsilon)
-  if config.server_touched_rows_only:
-    server_optimizer = optimizers.touched_rows_only(server_optimizer)
   if config.server_learning_rate_half_life:
     server_optimizer = optimizers.with_half_life(
         server_optimizer, config.server_learning_rate,

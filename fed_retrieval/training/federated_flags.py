@@ -146,12 +146,6 @@ SERVER_EPSILON = flags.DEFINE_float(
     "FedAvg, FedSGD: epsilon of an adaptive server optimizer (adam, adagrad, "
     "yogi), added to the root of its squared updates (default: MovieLens 1e-4; "
     "otherwise TFF's, 1e-7 for adam).")
-SERVER_TOUCHED_ROWS_ONLY = flags.DEFINE_bool(
-    "server_touched_rows_only", None,
-    "FedAvg, FedSGD: the server optimizer steps only the rows of each weight "
-    "(an item's embedding, a bias) that the round's averaged update touched; "
-    "the others keep their weights and their optimizer statistics, as TF "
-    "Addons' LazyAdam (default off).")
 CLIENT_JIT_COMPILE = flags.DEFINE_bool(
     "client_jit_compile", None,
     "FedAvg, FedSGD: compile each client batch's step with XLA (shards of clients "
@@ -216,8 +210,7 @@ LOOP_FLAGS = ("Federated training", None, (
     SERVER_OPTIMIZER, SERVER_LEARNING_RATE, EVAL_EVERY, CHECKPOINT_EVERY, PATIENCE,
     MIN_IMPROVEMENT_SE, SMOOTHING, MAX_WORKER_RESTARTS, WORKERS, TRUSTED_NETWORK))
 FEDAVG_FLAGS = ("FedAvg and FedSGD", ("movielens", "pu"), (
-    CLIENT_OPTIMIZER, SERVER_LEARNING_RATE_HALF_LIFE, SERVER_EPSILON,
-    SERVER_TOUCHED_ROWS_ONLY, CLIENT_JIT_COMPILE))
+    CLIENT_OPTIMIZER, SERVER_LEARNING_RATE_HALF_LIFE, SERVER_EPSILON, CLIENT_JIT_COMPILE))
 DP_FLAGS = ("Client-level differential privacy", None, (
     NOISE_MULTIPLIER, CLIP_NORM, DP_CLIPPING, TARGET_DELTA))
 FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", ("movielens", "xc"),
@@ -285,7 +278,6 @@ def fedavg_from_flags(defaults: fedavg.FedAvgConfig) -> fedavg.FedAvgConfig:
   """The family's FedAvg (`defaults`) with the FedAvg and DP flags given."""
   changes = _given_fields(defaults, (*_OPTIMIZATION, CLIENT_OPTIMIZER,
                                      SERVER_LEARNING_RATE_HALF_LIFE, SERVER_EPSILON,
-                                     SERVER_TOUCHED_ROWS_ONLY,
                                      CLIENT_JIT_COMPILE))
   return dataclasses.replace(defaults, dp=dp_from_flags(), **changes)
 
