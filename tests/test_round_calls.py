@@ -148,3 +148,10 @@ def test_a_round_of_another_client_count_starts_the_next_call(tff_context, shard
     lengths.append(len(metrics))
     first += len(metrics)
   assert lengths == call_lengths
+
+
+@pytest.mark.parametrize("clients,shards,expected", [
+    (6, 0, 6), (6, 2, 2), (1, 2, 1), (500, 2, 2), (501, 2, 3), (4000, 2, 16), (4000, 20, 20)])
+def test_a_shard_holds_at_most_its_cap_of_clients(clients, shards, expected):
+  assert round_calls.MAX_CLIENTS_PER_SHARD == 250
+  assert round_calls.tff_clients(clients, shards) == expected

@@ -79,6 +79,11 @@ from fed_retrieval.algorithms import sub_model_clients
 from tasks import client_data
 
 ROW_MEANS = ("holders", "clients")
+# A TFF call of a round takes at most this many clients (a shard of more
+# alone): a round of thousands holds one call's answers and uploads at a
+# time, its row deltas summed as the calls return (FedAwS at Amazon-670K's
+# shape, 4,000 clients a round in one call, was killed for memory here).
+MAX_CLIENTS_PER_CALL = 500
 FLOAT_BYTES = 4
 KEY_BYTES = 4
 # (a client's examples: its batches as one batch, round seed [2] int64: (seed,
@@ -182,29 +187,97 @@ def bytes_per_client(tower_shapes: Sequence[Sequence[int]], num_keys: int, dim: 
   return tower + rows, up
 
 
-def row_means(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
-              is_real: Sequence[np.ndarray], weights: Sequence[float], row_mean: str
-              ) -> Tuple[np.ndarray, np.ndarray]:
-  """(row ids, mean delta of each) over the clients' real rows, O(rows touched).
+class RowSums:
+  """A round's row deltas summed per row as the clients' uploads arrive, a
+  call's clients at a time, O(rows touched): `add` folds in clients, `means`
+  gives (row ids, mean delta of each).
 
   `holders`: each row's deltas averaged over the clients that held it;
   `clients`: the example-weighted sum over every client divided by the
   round's total weight (a non-holder counting as a zero delta).
   """
-  real_keys = np.concatenate([np.asarray(k)[np.asarray(r)] for k, r in zip(keys, is_real)])
-  scale = weights if row_mean == "clients" else [1.0] * len(weights)
-  real_deltas = np.concatenate([np.asarray(d)[np.asarray(r)] * w
-                                for d, r, w in zip(deltas, is_real, scale)])
-  ids, inverse = np.unique(real_keys, return_inverse=True)
-  # Sums per row by TF's segment sum: a round of xc_small's bag (100 clients,
-  # ~50k rows of 256) took 0.03 s, against 0.27 s sorting for np.add.reduceat
-  # in float64 and 0.47 s with np.add.at (Bibtex's bag).
-  sums = tf.math.unsorted_segment_sum(real_deltas, inverse, len(ids)).numpy()
-  if row_mean == "clients":
-    divisor = max(float(np.sum(weights)), 1e-12)
-  else:
-    divisor = np.bincount(inverse, minlength=len(ids))[:, None]
-  return ids.astype(np.int32), (sums / divisor).astype(np.float32)
+
+  def __init__(self, dim: int, row_mean: str):
+    self._row_mean = row_mean
+    self._ids = np.zeros(0, np.int64)
+    self._sums = np.zeros((0, dim), np.float32)
+    self._holders = np.zeros(0, np.int64)
+    self._weights: List[float] = []
+
+  def add(self, keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
+          is_real: Sequence[np.ndarray], weights: Sequence[float]) -> None:
+    """Clients' keys, row deltas, real-key masks and example weights."""
+    real_keys = np.concatenate([self._ids] + [np.asarray(k)[np.asarray(r)]
+                                              for k, r in zip(keys, is_real)])
+    scale = weights if self._row_mean == "clients" else [1.0] * len(weights)
+    real_deltas = np.concatenate([self._sums] + [
+        np.asarray(d)[np.asarray(r)] * w for d, r, w in zip(deltas, is_real, scale)])
+    holders = np.concatenate([self._holders] + [
+        np.ones(int(np.sum(np.asarray(r))), np.int64) for r in is_real])
+    ids, inverse = np.unique(real_keys, return_inverse=True)
+    # Sums per row by TF's segment sum: a round of xc_small's bag (100 clients,
+    # ~50k rows of 256) took 0.03 s, against 0.27 s sorting for np.add.reduceat
+    # in float64 and 0.47 s with np.add.at (Bibtex's bag).
+    self._sums = tf.math.unsorted_segment_sum(real_deltas, inverse, len(ids)).numpy()
+    self._holders = np.bincount(inverse, weights=holders, minlength=len(ids)).astype(
+        np.int64)
+    self._ids = ids
+    self._weights.extend(float(w) for w in weights)
+
+  def means(self) -> Tuple[np.ndarray, np.ndarray]:
+    if self._row_mean == "clients":
+      divisor = max(float(np.sum(self._weights)), 1e-12)
+    else:
+      divisor = self._holders[:, None]
+    return self._ids.astype(np.int32), (self._sums / divisor).astype(np.float32)
+
+
+def row_means(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
+              is_real: Sequence[np.ndarray], weights: Sequence[float], row_mean: str
+              ) -> Tuple[np.ndarray, np.ndarray]:
+  """(row ids, mean delta of each) over the clients' real rows (`RowSums`)."""
+  sums = RowSums(np.asarray(deltas[0]).shape[-1], row_mean)
+  sums.add(keys, deltas, is_real, weights)
+  return sums.means()
+
+
+@dataclasses.dataclass
+class _RoundSums:
+  """What a round's clients give the server: the broadcast's mean delta (DP:
+  sum) as a list of tower arrays, loss sum, examples, and the table's delta
+  (`whole_table`) or the row sums of the class rows and of the bag."""
+  mean: List[np.ndarray]
+  loss_sum: float
+  count: float
+  table_delta: Optional[np.ndarray] = None
+  rows: Optional[RowSums] = None
+  bag: Optional[RowSums] = None
+
+
+def _calls(sizes: Sequence[int], most: int) -> List[Tuple[int, int]]:
+  """Consecutive TFF clients of `sizes` clients each grouped into calls of at
+  most `most` clients (a TFF client larger than that alone): [(start, end)]."""
+  calls, start, held = [], 0, 0
+  for i, size in enumerate(sizes):
+    if i > start and held + size > most:
+      calls.append((start, i))
+      start, held = i, 0
+    held += size
+  return calls + [(start, len(sizes))] if sizes else calls
+
+
+def _combined(parts: Sequence[Tuple[List[np.ndarray], float]], summed: bool
+              ) -> List[np.ndarray]:
+  """The round's mean (`summed`: sum) of the calls' (mean or sum, examples):
+  example-weighted across calls; one call's as it is."""
+  if len(parts) == 1:
+    return parts[0][0]
+  if summed:
+    return [sum(column) for column in zip(*(p[0] for p in parts))]
+  total = sum(count for _, count in parts)
+  return [sum(d * (count / max(total, 1e-12)) for d, count in
+              zip(column, (c for _, c in parts))).astype(np.float32)
+          for column in zip(*(p[0] for p in parts))]
 
 
 def _numpy(structure):
@@ -225,6 +298,8 @@ class SubModelProcess:
     shapes = [tuple(w.shape) for w in spec.initial_tower]
     self._bagged = spec.bag is not None
     num_rows, dim = spec.initial_table.shape
+    self._dim = dim
+    self._bag_dim = shapes[0][1] if self._bagged else 0
     self._optimizer = optimizers.tff_optimizer(
         spec.server_optimizer, spec.server_learning_rate, "server_optimizer")
     # The server's step on the tower as one graph: Adam on xc_small's tower
@@ -243,7 +318,7 @@ class SubModelProcess:
       self.client_keys = sub_model_clients.build_client_keys(spec, data_type)
     self.client_round = sub_model_clients.ClientRound(
         spec, shapes[1:] if self._bagged else shapes, num_rows, dim,
-        shapes[0][1] if self._bagged else 0).build(data_type)
+        self._bag_dim).build(data_type)
 
   def initialize(self) -> Dict[str, Any]:
     return {"tower": [w.copy() for w in self._initial_tower],
@@ -252,49 +327,67 @@ class SubModelProcess:
                 [tf.TensorSpec(w.shape, tf.float32) for w in self._initial_tower])),
             "round": np.int64(0)}
 
-  def _clients(self, state, client_data_, round_num: int):
-    """The round's client work: (each client's keys, the mean (DP: sum) of the
-    broadcast's deltas, loss sum, examples, each client's uploads)."""
+  def _clients(self, state, client_data_, round_num: int) -> "_RoundSums":
+    """The round's client work, at most `MAX_CLIENTS_PER_CALL` clients a TFF
+    call (`_call`), folded into the round's sums as each call returns."""
     spec = self._spec
-    dense = state["tower"][1:] if self._bagged else state["tower"]
+    dense = list(state["tower"][1:] if self._bagged else state["tower"])
     if spec.whole_table:
-      mean, loss_sum, count = self.client_round((list(dense), state["table"]),
-                                                client_data_)
-      return None, mean, loss_sum, count, None
-    seed = np.array([spec.seed, round_num], np.int64)
-    if not spec.sharded:
-      keys = self.client_keys(seed, client_data_)
+      mean, loss_sum, count = self.client_round((dense, state["table"]), client_data_)
+      return _RoundSums(list(mean[0]), float(loss_sum), float(count), np.asarray(mean[1]))
+    keys = self.client_keys(np.array([spec.seed, round_num], np.int64), client_data_)
+    sizes = [len(np.asarray(k[0])) for k in keys] if spec.sharded else [1] * len(keys)
+    work = _RoundSums([], 0.0, 0.0, rows=(RowSums(self._dim, spec.row_mean)
+                                          if spec.trains_rows else None),
+                      bag=RowSums(self._bag_dim, "clients") if self._bagged else None)
+    parts = []
+    for a, b in _calls(sizes, MAX_CLIENTS_PER_CALL):
+      mean, loss_sum, count, call_keys, uploads = self._call(state, dense, keys[a:b],
+                                                             client_data_[a:b])
+      parts.append(([np.asarray(d) for d in mean[0]], float(count)))
+      work.loss_sum += float(loss_sum)
+      work.count += float(count)
+      weights = [float(u[-1]) for u in uploads]
+      if work.rows is not None:
+        work.rows.add([k[0] for k in call_keys], [u[0] for u in uploads],
+                      [k[1] for k in call_keys], weights)
+      if work.bag is not None:
+        work.bag.add([k[2] for k in call_keys], [u[1] for u in uploads],
+                     [np.ones(len(k[2]), bool) for k in call_keys], weights)
+    work.mean = _combined(parts, summed=spec.dp is not None)
+    return work
+
+  def _call(self, state, dense, keys, client_data_):
+    """One TFF call of the round's clients whose keys (per TFF client: a
+    client or a shard) are `keys`: (the mean (DP: sum) of the broadcast's
+    deltas, loss sum, examples, each client's keys and uploads)."""
+    if not self._spec.sharded:
       mean, loss_sum, count, uploads = self.client_round(
-          (list(dense),), sub_model_answers.answers(state, keys, self._bagged),
-          client_data_)
-      return keys, mean, loss_sum, count, uploads
-    shard_keys = self.client_keys(seed, client_data_)
+          (dense,), sub_model_answers.answers(state, keys, self._bagged), client_data_)
+      return mean, loss_sum, count, keys, uploads
     bag_sizes = [np.asarray(k[-1]) if self._bagged else np.zeros(0, np.int32)
-                 for k in shard_keys]
-    keys = [k[:3] for k in sub_model_answers.split_clients(shard_keys, bag_sizes)]
+                 for k in keys]
+    client_keys = [k[:3] for k in sub_model_answers.split_clients(keys, bag_sizes)]
     mean, loss_sum, count, shard_uploads = self.client_round(
-        (list(dense),), sub_model_answers.pack(
-            sub_model_answers.answers(state, keys, self._bagged),
-            [len(k[0]) for k in shard_keys], self._bagged), client_data_)
-    return (keys, mean, loss_sum, count,
+        (dense,), sub_model_answers.pack(
+            sub_model_answers.answers(state, client_keys, self._bagged),
+            [len(k[0]) for k in keys], self._bagged), client_data_)
+    return (mean, loss_sum, count, client_keys,
             sub_model_answers.split_clients(shard_uploads, bag_sizes))
 
-  def _server_step(self, state, keys, mean, uploads, round_num: int):
+  def _server_step(self, state, work: "_RoundSums", round_num: int):
     """The new tower and table: DP noise on the dense means, the bag's mean
     over every client, the server optimizer on the tower, each class row's
-    mean delta (`row_means`), then the table step."""
+    mean delta (`RowSums`), then the table step."""
     spec = self._spec
-    mean_tower = [np.asarray(d) for d in mean[0]]
-    table_delta = np.asarray(mean[1]) if spec.whole_table else None
+    mean_tower, table_delta = work.mean, work.table_delta
     if spec.dp is not None:  # Sums of clipped updates -> their noised mean.
       noised = spec.dp.noised_mean(
           mean_tower + ([table_delta] if spec.whole_table else []), (spec.seed, round_num))
       mean_tower = noised[:len(mean_tower)]
       table_delta = noised[-1] if spec.whole_table else None
     if self._bagged:  # The bag's mean delta over every client, zeros where absent.
-      ids, means = row_means([k[2] for k in keys], [u[1] for u in uploads],
-                             [np.ones(len(k[2]), bool) for k in keys],
-                             [float(u[-1]) for u in uploads], "clients")
+      ids, means = work.bag.means()
       bag_delta = np.zeros(state["tower"][0].shape, np.float32)
       bag_delta[ids] = means
       mean_tower = [bag_delta] + mean_tower
@@ -307,9 +400,7 @@ class SubModelProcess:
         table += table_delta
         updated = np.arange(len(table), dtype=np.int32)
       else:
-        updated, means = row_means([k[0] for k in keys], [u[0] for u in uploads],
-                                   [k[1] for k in keys], [float(u[-1]) for u in uploads],
-                                   spec.row_mean)
+        updated, means = work.rows.means()
         table[updated] += means
       if spec.table_step is not None:
         table = spec.table_step(state["table"], table, updated)
@@ -318,12 +409,11 @@ class SubModelProcess:
 
   def next(self, state, client_data_) -> tff.learning.templates.LearningProcessOutput:
     round_num = int(state["round"]) + 1
-    keys, mean, loss_sum, count, uploads = self._clients(state, client_data_, round_num)
-    total = float(count)
-    metrics = {"client_work": {"train": {"loss": float(loss_sum) / max(total, 1.0),
-                                         "num_examples": total}}}
+    work = self._clients(state, client_data_, round_num)
+    metrics = {"client_work": {"train": {"loss": work.loss_sum / max(work.count, 1.0),
+                                         "num_examples": work.count}}}
     return tff.learning.templates.LearningProcessOutput(
-        self._server_step(state, keys, mean, uploads, round_num), metrics)
+        self._server_step(state, work, round_num), metrics)
 
   def get_model_weights(self, state) -> tff.learning.models.ModelWeights:
     tower, table = [np.asarray(w) for w in state["tower"]], state["table"]

@@ -34,12 +34,19 @@ from tasks import client_data
 from tasks import seed_sequences
 
 MAX_CALL_BYTES = 32 * 2 ** 20
+# A shard holds at most this many clients: a round of thousands makes more
+# shards than --client_shards, so that a sub-model call (two shards, one a
+# core) stays within `sub_model.MAX_CLIENTS_PER_CALL`.
+MAX_CLIENTS_PER_SHARD = sub_model.MAX_CLIENTS_PER_CALL // 2
 
 
 def tff_clients(clients: int, shards: int) -> int:
   """How many datasets (TFF clients) `round_datasets` makes of a round's
-  `clients` clients in `shards` shards (0: one per client)."""
-  return min(shards, clients) if shards else clients
+  `clients` clients in `shards` shards (0: one per client), a shard holding
+  at most `MAX_CLIENTS_PER_SHARD`."""
+  if not shards:
+    return clients
+  return min(clients, max(shards, -(-clients // MAX_CLIENTS_PER_SHARD)))
 
 
 def round_datasets(data: client_data.ClientDatasets, clients: Sequence[str],

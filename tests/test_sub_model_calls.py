@@ -1,0 +1,76 @@
+"""A sub-model round split into several TFF calls (`sub_model.MAX_CLIENTS_PER_CALL`)
+trains as one call does, and `RowSums` folds calls as one sum would."""
+
+import numpy as np
+import pytest
+
+from fed_retrieval.algorithms import sub_model
+from fed_retrieval.algorithms.fedaws import FedAwSConfig
+from fed_retrieval.algorithms.fedss import FedSSConfig
+from fed_retrieval.training import round_calls
+from tasks.xc import family as xc_family
+from tasks.xc import xc_task
+from tests.configs import xc_settings_of
+
+
+@pytest.mark.parametrize("sizes,most,calls", [
+    ([1] * 5, 2, [(0, 2), (2, 4), (4, 5)]),
+    ([3, 4, 1, 2], 5, [(0, 1), (1, 3), (3, 4)]),
+    ([7, 1], 5, [(0, 1), (1, 2)]),  # A shard larger than a call goes alone.
+    ([1] * 3, 500, [(0, 3)]),
+    ([], 5, [])])
+def test_calls_group_consecutive_clients_up_to_the_most(sizes, most, calls):
+  assert sub_model._calls(sizes, most) == calls  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("row_mean", ["holders", "clients"])
+def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
+  keys = [np.array([3, 1]), np.array([1, 5]), np.array([3, 0])]
+  real = [np.array([True, True]), np.array([True, False]), np.array([True, True])]
+  deltas = [np.full((2, 2), v, np.float32) for v in (1.0, 2.0, 4.0)]
+  weights = [1.0, 3.0, 2.0]
+  parts = sub_model.RowSums(2, row_mean)
+  parts.add(keys[:1], deltas[:1], real[:1], weights[:1])
+  parts.add(keys[1:], deltas[1:], real[1:], weights[1:])
+  ids, means = parts.means()
+  # Row 0: client 2; row 1: clients 0, 1; row 3: clients 0, 2; row 5 not real.
+  if row_mean == "holders":
+    expected = {0: 4.0, 1: (1 + 2) / 2, 3: (1 + 4) / 2}
+  else:  # Example-weighted sums over the round's total weight, 6.
+    expected = {0: 4 * 2 / 6, 1: (1 * 1 + 2 * 3) / 6, 3: (1 * 1 + 4 * 2) / 6}
+  assert list(ids) == sorted(expected)
+  np.testing.assert_allclose(means[:, 0], [expected[i] for i in ids], rtol=1e-6)
+  np.testing.assert_array_equal(means[:, 0], means[:, 1])
+
+
+@pytest.mark.parametrize("algorithm,partition,shards", [
+    ("fedss", "k_labels_per_client", 0), ("fedss", "k_labels_per_client", 3),
+    ("fedaws", "one_label_per_client", 0), ("fedaws", "one_label_per_client", 3)])
+def test_a_round_in_several_calls_trains_as_one_call(tff_context, monkeypatch, algorithm,
+                                                      partition, shards):
+  """Two rounds of 6 clients (2 a call, or 2 a shard and a shard a call) give
+  the weights one call gives, to float rounding: the tower's mean weighted
+  by each call's examples, the rows' and the bag's sums folded call by call."""
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      synthetic="xc_tiny", partition=partition, labels_per_client=3))
+  clients = task.clients.client_ids[:6]
+  # A dense layer behind the bag, and server SGD (Adam's first steps would
+  # hide a wrongly weighted mean of it).
+  server = dict(server_optimizer="sgd", server_learning_rate=1.0)
+  config = xc_settings_of(task.config, fedss=FedSSConfig(num_negatives=5, **server),
+                          fedaws=FedAwSConfig(**server), clients_per_round=6,
+                          client_shards=shards, architecture="small")
+  weights = []
+  for most in (sub_model.MAX_CLIENTS_PER_CALL, 2):
+    monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", most)
+    process = xc_family.build_process(task, xc_family.model_config_for(task, config),
+                                      config, algorithm)
+    state = process.initialize()
+    for round_num in range(2):
+      state = process.next(state, round_calls.round_datasets(
+          task.clients, clients, config.loop, round_num, shards)).state
+    weights.append(process.get_model_weights(state).trainable)
+  for one, several in zip(*weights):
+    np.testing.assert_allclose(several, one, rtol=1e-5, atol=1e-6)
+  assert any(np.any(a != b) for a, b in zip(
+      weights[0], process.get_model_weights(process.initialize()).trainable))
