@@ -1,12 +1,17 @@
 """A sub-model round split into several TFF calls (`sub_model.MAX_CLIENTS_PER_CALL`)
-trains as one call does, and `RowSums` folds calls as one sum would."""
+trains as one call does, on one worker or spread over three, and `RowSums`
+folds calls as one sum would."""
+
+import collections
 
 import numpy as np
 import pytest
 
 from fed_retrieval.algorithms import sub_model
+from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
+from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import round_calls
 from tasks.xc import family as xc_family
 from tasks.xc import xc_task
@@ -43,6 +48,30 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
   np.testing.assert_array_equal(means[:, 0], means[:, 1])
 
 
+def two_rounds(task, config, algorithm, shards):
+  """The trainable weights after two rounds of the task's first 6 clients."""
+  process = xc_family.build_process(task, xc_family.model_config_for(task, config),
+                                    config, algorithm)
+  state = process.initialize()
+  for round_num in range(2):
+    state = process.next(state, round_calls.round_datasets(
+        task.clients, task.clients.client_ids[:6], config.loop, round_num, shards)).state
+  return ([np.asarray(w) for w in process.get_model_weights(state).trainable],
+          process.get_model_weights(process.initialize()).trainable)
+
+
+def settings(partition, shards, row_mean="holders", dp=None):
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      synthetic="xc_tiny", partition=partition, labels_per_client=3))
+  # A dense layer behind the bag, and server SGD (Adam's first steps would
+  # hide a wrongly weighted mean of it).
+  server = dict(server_optimizer="sgd", server_learning_rate=1.0)
+  return task, xc_settings_of(
+      task.config, fedss=FedSSConfig(num_negatives=5, row_mean=row_mean, **server),
+      fedaws=FedAwSConfig(**server), clients_per_round=6, client_shards=shards,
+      architecture="small", dp=dp)
+
+
 @pytest.mark.parametrize("algorithm,partition,shards", [
     ("fedss", "k_labels_per_client", 0), ("fedss", "k_labels_per_client", 3),
     ("fedaws", "one_label_per_client", 0), ("fedaws", "one_label_per_client", 3)])
@@ -51,26 +80,53 @@ def test_a_round_in_several_calls_trains_as_one_call(tff_context, monkeypatch, a
   """Two rounds of 6 clients (2 a call, or 2 a shard and a shard a call) give
   the weights one call gives, to float rounding: the tower's mean weighted
   by each call's examples, the rows' and the bag's sums folded call by call."""
-  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
-      synthetic="xc_tiny", partition=partition, labels_per_client=3))
-  clients = task.clients.client_ids[:6]
-  # A dense layer behind the bag, and server SGD (Adam's first steps would
-  # hide a wrongly weighted mean of it).
-  server = dict(server_optimizer="sgd", server_learning_rate=1.0)
-  config = xc_settings_of(task.config, fedss=FedSSConfig(num_negatives=5, **server),
-                          fedaws=FedAwSConfig(**server), clients_per_round=6,
-                          client_shards=shards, architecture="small")
-  weights = []
-  for most in (sub_model.MAX_CLIENTS_PER_CALL, 2):
-    monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", most)
-    process = xc_family.build_process(task, xc_family.model_config_for(task, config),
-                                      config, algorithm)
-    state = process.initialize()
-    for round_num in range(2):
-      state = process.next(state, round_calls.round_datasets(
-          task.clients, clients, config.loop, round_num, shards)).state
-    weights.append(process.get_model_weights(state).trainable)
-  for one, several in zip(*weights):
-    np.testing.assert_allclose(several, one, rtol=1e-5, atol=1e-6)
-  assert any(np.any(a != b) for a, b in zip(
-      weights[0], process.get_model_weights(process.initialize()).trainable))
+  task, config = settings(partition, shards)
+  one, initial = two_rounds(task, config, algorithm, shards)
+  monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", 2)
+  several, _ = two_rounds(task, config, algorithm, shards)
+  for a, b in zip(one, several):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+  assert any(np.any(a != b) for a, b in zip(one, initial))
+
+
+@pytest.fixture(scope="module")
+def three_workers():
+  """Contexts of three TFF workers of their own."""
+  workers = [tff_runtime.LocalWorker() for _ in range(3)]
+  contexts = [tff_runtime.worker_context(worker.start()) for worker in workers]
+  yield contexts
+  for worker in workers:
+    worker.stop()
+
+
+@pytest.mark.parametrize("algorithm,partition,shards,row_mean,dp", [
+    ("fedaws", "one_label_per_client", 3, "holders", None),
+    ("fedss", "k_labels_per_client", 3, "holders", None),
+    ("fedss", "k_labels_per_client", 0, "clients", None),
+    ("fedaws", "one_label_per_client", 0, "holders",
+     DPConfig(noise_multiplier=0.5, clip_norm=0.1))])
+def test_calls_spread_over_three_workers_train_as_on_one(
+    tff_context, three_workers, monkeypatch, algorithm, partition, shards, row_mean, dp):
+  """Each worker takes every third call, its clients' answers and data: the
+  weights equal one worker's, bit for bit (DP: the same noise too)."""
+  monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", 2)
+  task, config = settings(partition, shards, row_mean, dp)
+  one, initial = two_rounds(task, config, algorithm, shards)
+  calls = collections.Counter()
+
+  class Counted:
+    def __init__(self, worker, context):
+      self.worker, self.context = worker, context
+
+    def invoke(self, computation, arg):
+      calls[self.worker] += 1
+      return self.context.invoke(computation, arg)
+
+  monkeypatch.setattr(tff_runtime, "worker_contexts", lambda: [
+      Counted(i, context) for i, context in enumerate(three_workers)])
+  spread, _ = two_rounds(task, config, algorithm, shards)
+  for a, b in zip(one, spread):
+    np.testing.assert_array_equal(b, a)
+  # A round: the keys on the first worker, then 3 calls of 2 clients, one each.
+  assert calls == {0: 2 * 2, 1: 2, 2: 2}
+  assert any(np.any(a != b) for a, b in zip(one, initial))

@@ -117,8 +117,6 @@ def test_a_worker_whose_process_stops_is_named_within_two_heartbeats():
     (["--workers=localhost:8000,localhost:8000"], "error: --workers: an address is "
                                                   "given twice"),
     (["--workers=localhost", ], "error: --workers: 'localhost' is not host:port"),
-    (["--task=xc", "--synthetic_xc=xc_tiny", "--workers=localhost:1"],
-     "error: --workers: federated fedaws runs on one worker (drop --workers)"),
 ])
 def test_refused_in_one_line_with_exit_2_writing_nothing(tmp_path, flags, message):
   result = run_module(

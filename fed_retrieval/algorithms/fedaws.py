@@ -43,9 +43,6 @@ from fed_retrieval.models.xc_encoder import XCEncoderConfig
 from losses import class_spreadout
 
 ALGORITHMS = ("fedaws", "positive_only", "fixed_class_embeddings", "softmax_oracle")
-# Stock FedAvg of the whole model: the one whose rounds TFF can split across
-# workers (the others' server answers each client with rows of its own).
-WHOLE_MODEL_ALGORITHMS = ("softmax_oracle",)
 # How a client receives the tower's embedding bag: only the rows of its
 # features (the default), or the whole bag (the contrast).
 BAGS = ("selected", "whole")

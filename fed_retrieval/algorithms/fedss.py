@@ -38,9 +38,6 @@ from fed_retrieval.models.xc_encoder import XCEncoderConfig
 from losses import sampled_softmax
 
 ALGORITHMS = ("fedss", "neg_only", "pos_only", "full_softmax")
-# The whole table broadcast: the one whose rounds TFF can split across workers
-# (the others' server answers each client with rows of its own).
-WHOLE_MODEL_ALGORITHMS = ("full_softmax",)
 CANDIDATE_SET = {"fedss": "sampled_softmax", "neg_only": "neg_only",
                  "pos_only": "pos_only", "full_softmax": "full_softmax"}
 

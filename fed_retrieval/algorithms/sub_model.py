@@ -36,6 +36,14 @@ each (tested) without TFF's cost per client call, twice a round (a
 client's dataset serialized into the worker, its result out): on
 `xc_small`, 100 clients a round, a FedAwS round took 0.70 s instead of 1.33.
 
+A round's TFF calls take at most `MAX_CLIENTS_PER_CALL` clients, the server
+folding each call's uploads into per-row sums as it returns (`RowSums`), so
+a round of thousands of clients holds one call's answers and uploads at a
+time. On several workers (`tff_runtime.worker_contexts`) call i goes to
+worker i mod their number, each worker receiving only its clients' answers
+and data: the calls, and so the results, are one worker's (tested bit for
+bit); a round of one call runs on the first worker.
+
 Why the server's side runs in Python and not in TFF (measured here, TFF 0.87):
 `tff.federated_select` passes the whole table into each key's selection (~10
 ms a key at [200k, 64] against 0.23 ms at [20k, 64]), and `federated_aggregate`
@@ -65,6 +73,7 @@ Model weights are the tower's then the table, or the table then the tower's
 (`table_first`), in the order of the task's Keras model's trainable variables.
 """
 
+import concurrent.futures
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -76,6 +85,7 @@ from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import optimizers
 from fed_retrieval.algorithms import sub_model_answers
 from fed_retrieval.algorithms import sub_model_clients
+from fed_retrieval.runtime import tff_runtime
 from tasks import client_data
 
 ROW_MEANS = ("holders", "clients")
@@ -266,6 +276,31 @@ def _calls(sizes: Sequence[int], most: int) -> List[Tuple[int, int]]:
   return calls + [(start, len(sizes))] if sizes else calls
 
 
+def _invoke(context, computation, *args):
+  """`computation(*args)` in `context` (None: the default context)."""
+  if context is None:
+    return computation(*args)
+  return context.invoke(computation, args if len(args) > 1 else args[0])
+
+
+def _in_waves(contexts: Sequence[Any], calls: Sequence[Tuple[int, int]],
+              run: Callable[..., Any]):
+  """`run(context, start, end)` of each call, yielded in the calls' order.
+  On several workers (`contexts`), call i goes to worker i mod their number,
+  a call a worker at once: the calls and their order are those of one worker,
+  so are the results, and memory holds one call a worker."""
+  if len(contexts) <= 1:
+    for call in calls:
+      yield run(contexts[0] if contexts else None, *call)
+    return
+  with concurrent.futures.ThreadPoolExecutor(len(contexts)) as pool:
+    for first in range(0, len(calls), len(contexts)):
+      wave = [pool.submit(run, context, *call)
+              for context, call in zip(contexts, calls[first:first + len(contexts)])]
+      for future in wave:
+        yield future.result()
+
+
 def _combined(parts: Sequence[Tuple[List[np.ndarray], float]], summed: bool
               ) -> List[np.ndarray]:
   """The round's mean (`summed`: sum) of the calls' (mean or sum, examples):
@@ -335,15 +370,18 @@ class SubModelProcess:
     if spec.whole_table:
       mean, loss_sum, count = self.client_round((dense, state["table"]), client_data_)
       return _RoundSums(list(mean[0]), float(loss_sum), float(count), np.asarray(mean[1]))
-    keys = self.client_keys(np.array([spec.seed, round_num], np.int64), client_data_)
+    contexts = tff_runtime.worker_contexts()
+    keys = _invoke(contexts[0] if contexts else None, self.client_keys,
+                   np.array([spec.seed, round_num], np.int64), client_data_)
     sizes = [len(np.asarray(k[0])) for k in keys] if spec.sharded else [1] * len(keys)
     work = _RoundSums([], 0.0, 0.0, rows=(RowSums(self._dim, spec.row_mean)
                                           if spec.trains_rows else None),
                       bag=RowSums(self._bag_dim, "clients") if self._bagged else None)
     parts = []
-    for a, b in _calls(sizes, MAX_CLIENTS_PER_CALL):
-      mean, loss_sum, count, call_keys, uploads = self._call(state, dense, keys[a:b],
-                                                             client_data_[a:b])
+    run = lambda context, a, b: self._call(context, state, dense, keys[a:b],
+                                           client_data_[a:b])
+    for mean, loss_sum, count, call_keys, uploads in _in_waves(
+        contexts, _calls(sizes, MAX_CLIENTS_PER_CALL), run):
       parts.append(([np.asarray(d) for d in mean[0]], float(count)))
       work.loss_sum += float(loss_sum)
       work.count += float(count)
@@ -357,19 +395,21 @@ class SubModelProcess:
     work.mean = _combined(parts, summed=spec.dp is not None)
     return work
 
-  def _call(self, state, dense, keys, client_data_):
-    """One TFF call of the round's clients whose keys (per TFF client: a
-    client or a shard) are `keys`: (the mean (DP: sum) of the broadcast's
-    deltas, loss sum, examples, each client's keys and uploads)."""
+  def _call(self, context, state, dense, keys, client_data_):
+    """One TFF call, in `context` (None: the default), of the round's clients
+    whose keys (per TFF client: a client or a shard) are `keys`: (the mean
+    (DP: sum) of the broadcast's deltas, loss sum, examples, each client's
+    keys and uploads)."""
     if not self._spec.sharded:
-      mean, loss_sum, count, uploads = self.client_round(
-          (dense,), sub_model_answers.answers(state, keys, self._bagged), client_data_)
+      mean, loss_sum, count, uploads = _invoke(
+          context, self.client_round, (dense,),
+          sub_model_answers.answers(state, keys, self._bagged), client_data_)
       return mean, loss_sum, count, keys, uploads
     bag_sizes = [np.asarray(k[-1]) if self._bagged else np.zeros(0, np.int32)
                  for k in keys]
     client_keys = [k[:3] for k in sub_model_answers.split_clients(keys, bag_sizes)]
-    mean, loss_sum, count, shard_uploads = self.client_round(
-        (dense,), sub_model_answers.pack(
+    mean, loss_sum, count, shard_uploads = _invoke(
+        context, self.client_round, (dense,), sub_model_answers.pack(
             sub_model_answers.answers(state, client_keys, self._bagged),
             [len(k[0]) for k in keys], self._bagged), client_data_)
     return (mean, loss_sum, count, client_keys,

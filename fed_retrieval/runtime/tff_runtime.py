@@ -303,6 +303,12 @@ class LocalWorker:
       process.wait()
 
 
+def worker_context(stub):
+  """A synchronous TFF context that runs on the one worker of `stub`."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  return _context(stub, tff.framework.SyncExecutionContext)
+
+
 def _context(stub, context_class):
   """A TFF execution context (sync or async) that runs on one worker's stub."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
@@ -391,6 +397,7 @@ class RemoteWorkers:
     self.addresses = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"
                       for h, p in self.hosts_and_ports]
     self.connected = False
+    self.contexts: list = []  # One per worker (`worker_contexts`).
     self._channels: List[grpc.Channel] = []
     self._heartbeat_seconds = heartbeat_seconds
     self._closed = threading.Event()
@@ -411,6 +418,7 @@ class RemoteWorkers:
       channel.subscribe(functools.partial(self._watch, address), try_to_connect=False)
       stubs.append(tff.framework.RemoteExecutorGrpcStub(channel))
     set_workers_execution_context(stubs)
+    self.contexts = [worker_context(stub) for stub in stubs]
     self.connected = True
     atexit.register(self.close)
     threading.Thread(target=self._heartbeat, name="remote-worker-heartbeat",
@@ -481,6 +489,13 @@ _remote_workers: Optional[RemoteWorkers] = None  # Set by `use_remote_workers`.
 
 def using_remote_workers() -> bool:
   return _remote_workers is not None
+
+
+def worker_contexts() -> list:
+  """A context per remote worker, for a program that sends each worker calls
+  of its own (a sub-model process's clients); [] on one local worker, whose
+  context is the default one."""
+  return _remote_workers.contexts if _remote_workers is not None else []
 
 
 def ensure_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:

@@ -119,10 +119,6 @@ class FederatedJob:
   baselines: Callable[[], Dict[str, Any]] = dict
   # Writes the run's own files beside its config (the MovieLens item ids).
   write_files: Callable[[str], Any] = lambda directory: None
-  # Whether TFF can split a round's clients across several workers: not for a
-  # sub-model process whose server answers each client with rows of its own
-  # (measured: TFF's mergeable context delivered them to other clients).
-  splits_across_workers: bool = True
   # The shard datasets `next` takes (`fedavg.shards_of`); 0: one per client.
   client_shards: int = 0
   # Client-level DP: clients sampled by Poisson, epsilon in the metrics.
@@ -134,10 +130,6 @@ def run_federated(job: FederatedJob, config: LoopConfig, output_dir: str
                   ) -> Dict[str, Any]:
   """Trains (or resumes, or returns the finished run's results) and exports,
   as the loop `config` says."""
-  if tff_runtime.using_remote_workers() and not job.splits_across_workers:
-    raise ValueError(f"--workers: {job.name} runs on one worker (drop --workers): its "
-                     "server answers each client with rows of its own, which TFF "
-                     "cannot keep aligned with the clients' data across workers")
   finished = run_directory.open_run(output_dir, job.run_config, job.write_files)
   if finished is not None:
     return finished

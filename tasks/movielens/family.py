@@ -188,8 +188,7 @@ def sampled_softmax_job(task: MovieLensTask, settings: MovieLensSettings,
       round_metrics={"bytes_down_per_client": down, "bytes_up_per_client": up,
                      "mean_real_bytes_down_per_client":
                          float(np.mean(real_keys)) * sub_model.FLOAT_BYTES * dim},
-      client_shards=fedavg.shards_of(settings.loop),
-      splits_across_workers=algorithm in fedss.WHOLE_MODEL_ALGORITHMS)
+      client_shards=fedavg.shards_of(settings.loop))
 
 
 def centralized_job(task: MovieLensTask, settings: MovieLensSettings,

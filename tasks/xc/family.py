@@ -185,9 +185,7 @@ def federated_job(task: XCTask, settings: XCSettings, algorithm: str
       client_shards=fedavg.shards_of(settings.loop, settings.dp), dp=settings.dp,
       central=federated_loop.CentralModel(
           lambda: xc_encoder.build_xc_classifier(model_config, settings.loop.seed),
-          tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)),
-      splits_across_workers=algorithm in (fedaws.WHOLE_MODEL_ALGORITHMS +
-                                          fedss.WHOLE_MODEL_ALGORITHMS))
+          tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)))
 
 
 def reference_examples(task: XCTask, label_assignment: str
