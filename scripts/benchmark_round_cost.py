@@ -6,11 +6,14 @@ label-space sizes.
 Prints one JSON object: seconds per round, `memory` (peak RSS of the process
 tree, the TFF worker included), bytes down and up per client and their share
 of the model; FedAwS adds how its spreadout found neighbours and their recall.
-Several --num_classes run one after another, each in a child process of its
-own (its memory its own), and print {"runs": [...], "seconds_ratio_to_first":
-[...]}: sizes side by side in one sitting. `make benchmark-round-cost` runs
-both algorithms at 10k, 100k and 670k classes (Amazon-670K's 135,909
-features) with the same clients, and the contrasts at 100k.
+Several --num_classes or --local_workers run one after another, each in a
+child process of its own (its memory its own), and print {"runs": [...],
+"seconds_ratio_to_first": [...]}: side by side in one sitting. On several
+workers each run states the CPU seconds a round of the driver and of each
+worker, and a digest of the weights (the same on any number of workers).
+`make benchmark-round-cost` runs both algorithms at 10k, 100k and 670k
+classes (Amazon-670K's 135,909 features) with the same clients, the
+contrasts at 100k, and 4,000 clients a round on 1, 2 and 3 workers.
 """
 
 import json
@@ -44,42 +47,50 @@ _SPREADOUT_SEARCH = flags.DEFINE_enum(
     "spreadout_search", "auto", list(class_neighbours.SEARCHES),
     "FedAwS: how the spreadout finds each class's neighbours (exact, approximate, "
     f"auto: approximate from {class_neighbours.APPROXIMATE_FROM:,} classes up).")
+_LOCAL_WORKERS = flags.DEFINE_list(
+    "local_workers", ["1"],
+    "TFF workers on this machine the round's calls are spread over (what as many "
+    "machines would do); several counts: each in its own process.")
 _SHARED = (_ALGORITHM, _BAG, _NUM_NEGATIVES, _NUM_FEATURES, _CLIENTS,
            _CLASSES_PER_CLIENT, _REPEATS, _SPREADOUT_SEARCH)
 
 
-def _sizes() -> list:
+def _counts(holder: flags.FlagHolder, least: int) -> list:
+  """The integers of a list flag, each >= `least`."""
   try:
-    sizes = [int(n) for n in _NUM_CLASSES.value]
+    counts = [int(n) for n in holder.value]
   except ValueError as e:
-    raise ValueError(f"--num_classes: {e}") from e
-  if not sizes or min(sizes) < 2:
-    raise ValueError(f"--num_classes: each must be >= 2, got {_NUM_CLASSES.value}")
-  return sizes
+    raise ValueError(f"--{holder.name}: {e}") from e
+  if not counts or min(counts) < least:
+    raise ValueError(f"--{holder.name}: each must be >= {least}, got {holder.value}")
+  return counts
 
 
-def _in_child(num_classes: int) -> dict:
-  """The report of one size, from a child process that dies with this one."""
+def _in_child(num_classes: int, workers: int) -> dict:
+  """The report of one configuration, from a child process that dies with this one."""
   argv = [sys.executable, "-m", "scripts.benchmark_round_cost",
-          f"--num_classes={num_classes}", *(f"--{f.name}={f.value}" for f in _SHARED)]
+          f"--num_classes={num_classes}", f"--local_workers={workers}",
+          *(f"--{f.name}={f.value}" for f in _SHARED)]
   child = subprocess.run(argv, capture_output=True, text=True,
                          preexec_fn=tff_runtime.die_with_parent)
   if child.returncode != 0:
-    raise RuntimeError(f"the run at {num_classes} classes failed: "
+    raise RuntimeError(f"the run at {num_classes} classes on {workers} workers failed: "
                        f"{child.stderr.strip()[-2000:]}")
   return json.loads(child.stdout)
 
 
 def main(argv) -> None:
   del argv
-  sizes = _sizes()
-  if len(sizes) == 1:
+  configurations = [(n, w) for n in _counts(_NUM_CLASSES, 2)
+                    for w in _counts(_LOCAL_WORKERS, 1)]
+  if len(configurations) == 1:
     report = round_cost_benchmark.round_benchmark(
-        sizes[0], _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
+        configurations[0][0], _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
         _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
-        repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value)
+        repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value,
+        workers=configurations[0][1])
   else:
-    runs = [_in_child(n) for n in sizes]
+    runs = [_in_child(n, w) for n, w in configurations]
     first = runs[0]["seconds_per_round_min"]
     report = {"runs": runs, "seconds_ratio_to_first": [
         round(r["seconds_per_round_min"] / first, 2) for r in runs]}

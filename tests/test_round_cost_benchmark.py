@@ -46,14 +46,18 @@ def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall()
   result = run_module(
       "scripts.benchmark_round_cost", "--algorithm=fedaws", "--num_classes=300,600",
       "--spreadout_search=approximate", "--num_features=500", "--clients_per_round=4",
-      "--classes_per_client=3", "--repeats=1")
+      "--classes_per_client=3", "--repeats=1", "--local_workers=2")
   assert result.returncode == 0, result.stderr[-3000:]
   report = json.loads(result.stdout)
   assert [r["num_classes"] for r in report["runs"]] == [300, 600]
   seconds = [r["seconds_per_round_min"] for r in report["runs"]]
   assert report["seconds_ratio_to_first"] == [1.0, round(seconds[1] / seconds[0], 2)]
   for run, num_classes in zip(report["runs"], (300, 600)):
-    check_figures(run, "fedaws", "selected", num_classes)  # A TFF worker each.
+    check_figures(run, "fedaws", "selected", num_classes)
+    assert run["memory"]["processes"] == 3  # Python and its two TFF workers.
+    cpu = run["cpu_seconds_per_round"]
+    assert cpu["driver"] > 0 and len(cpu["workers"]) == 2 and cpu["workers"][0] > 0
+    assert len(run["weights_sha1"]) == 40
     assert run["spreadout_search"] == "approximate"
     # 69 and 98 lists, 64 of them scanned: most neighbours found, and those
     # missed nearly as close.

@@ -12,10 +12,12 @@ worker, where the computations run); run one configuration per process, as
 `scripts.benchmark_round_cost` does.
 """
 
+import hashlib
 import time
 from typing import Any, Dict, List
 
 import numpy as np
+import psutil
 import tensorflow as tf
 
 from fed_retrieval.algorithms import class_neighbours
@@ -95,14 +97,30 @@ def _spreadout_neighbours(model: xc_encoder.XCEncoderConfig,
           "mean_cosine_found": mean_cosine(found), "mean_cosine_exact": mean_cosine(exact)}
 
 
+def _cpu_seconds(process: psutil.Process) -> float:
+  times = process.cpu_times()
+  return times.user + times.system
+
+
+def _digest(weights) -> str:
+  """SHA-1 of the weights' bytes: runs that trained alike to the last bit."""
+  digest = hashlib.sha1()
+  for w in weights:
+    digest.update(np.ascontiguousarray(np.asarray(w, np.float32)).tobytes())
+  return digest.hexdigest()
+
+
 def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "selected",
                     num_negatives: int = 500,
                     num_features: int = 20_000, num_clients: int = 100,
                     points_per_client: int = 100, classes_per_client: int = 10,
                     batch_size: int = 16, repeats: int = 3, seed: int = 0,
-                    spreadout_search: str = "auto") -> Dict[str, Any]:
+                    spreadout_search: str = "auto", workers: int = 1) -> Dict[str, Any]:
   """The figures of `repeats` timed rounds of `algorithm` (small architecture);
   bytes are the client with the most features' (`bag`: selected or whole).
+  On `workers` local TFF workers (`tff_runtime.several_local_workers`), the
+  CPU seconds a round of this process (the driver) and of each worker, and a
+  digest of the weights after the rounds (equal on any number of workers).
   FedAwS's report adds how its spreadout found neighbours and, when
   approximately, how they compare with the exact search's on the final table,
   for every class the clients hold (`spreadout_neighbours`)."""
@@ -116,16 +134,24 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   build_process, (down, up) = _process_and_bytes(
       model, algorithm, bag, num_negatives, classes_per_client, _largest_bag(clients),
       seed, spreadout_search)
-  with tff_runtime.local_execution_context(), \
+  if workers < 1:
+    raise ValueError(f"--workers must be >= 1, got {workers}")
+  with (tff_runtime.local_execution_context() if workers == 1 else
+        tff_runtime.several_local_workers(workers)) as started, \
        process_memory.ProcessTreePeak() as peak:
+    processes = [psutil.Process()] + [psutil.Process(w.pid) for w in (
+        [started] if workers == 1 else started)]
     process = build_process()
     state = process.initialize()
     state = process.next(state, clients).state  # Warm-up: traces and compiles.
-    seconds = []
+    seconds, cpu_before = [], [_cpu_seconds(p) for p in processes]
     for _ in range(repeats):
       start = time.perf_counter()
       state = process.next(state, clients).state
       seconds.append(time.perf_counter() - start)
+    cpu = [(_cpu_seconds(p) - before) / repeats
+           for p, before in zip(processes, cpu_before)]
+    weights = process.get_model_weights(state).trainable
   model_bytes = 4 * (sum(int(np.prod(s)) for s in model.weight_shapes()) +
                      num_classes * model.embedding_dim)
   oracle = algorithm in ("full_softmax", "softmax_oracle")  # The whole model.
@@ -137,7 +163,10 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
       spreadout["spreadout_neighbours"] = _spreadout_neighbours(
           model, clients, state["table"], seed)
   return {"algorithm": algorithm, "bag": "whole" if oracle else bag, **spreadout,
-          "num_classes": num_classes,
+          "num_classes": num_classes, "workers": workers,
+          "cpu_seconds_per_round": {"driver": round(cpu[0], 3),
+                                    "workers": [round(c, 3) for c in cpu[1:]]},
+          "weights_sha1": _digest(weights),
           "num_features": num_features, "clients_per_round": num_clients,
           "seconds_per_round_min": round(min(seconds), 3),
           "seconds_per_round_mean": round(float(np.mean(seconds)), 3),

@@ -485,6 +485,7 @@ def use_remote_workers(addresses: Sequence[str], trusted_network: bool) -> None:
 
 _shared_worker: Optional[LocalWorker] = None
 _remote_workers: Optional[RemoteWorkers] = None  # Set by `use_remote_workers`.
+_local_contexts: list = []  # Set by `several_local_workers`.
 
 
 def using_remote_workers() -> bool:
@@ -495,7 +496,27 @@ def worker_contexts() -> list:
   """A context per remote worker, for a program that sends each worker calls
   of its own (a sub-model process's clients); [] on one local worker, whose
   context is the default one."""
-  return _remote_workers.contexts if _remote_workers is not None else []
+  return _remote_workers.contexts if _remote_workers is not None else _local_contexts
+
+
+@contextlib.contextmanager
+def several_local_workers(count: int) -> Iterator[List[LocalWorker]]:
+  """`count` local workers used together for a block, as remote ones are (a
+  round's clients split across them): what N machines do, measured on one."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  global _local_contexts
+  previous = tff.framework.get_context_stack().current
+  workers = [LocalWorker() for _ in range(count)]
+  try:
+    stubs = [worker.start() for worker in workers]
+    set_workers_execution_context(stubs)
+    _local_contexts = [worker_context(stub) for stub in stubs]
+    yield workers
+  finally:
+    _local_contexts = []
+    tff.framework.set_default_context(previous)
+    for worker in workers:
+      worker.stop()
 
 
 def ensure_local_execution_context(log_path: Optional[str] = None) -> LocalWorker:
