@@ -109,7 +109,9 @@ def test_sparse_row_aggregation_matches_numpy():
   keys, deltas, real = zip(*updates)
 
   def applied(row_mean, weights):
-    ids, means = sub_model.row_means(keys, deltas, real, weights, row_mean)
+    sums = sub_model.RowSums(3, row_mean)
+    sums.add(keys, deltas, real, weights)
+    ids, means = sums.means()
     new_table = table.copy()
     new_table[ids] += means
     return new_table, ids

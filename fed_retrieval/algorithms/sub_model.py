@@ -102,7 +102,6 @@ ClientKeysFn = Callable[[Any, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
 # (tower weights, rows [K, D], keys [K], is_real [K], batch) -> scalar loss.
 ClientLossFn = Callable[[List[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor, Any],
                         tf.Tensor]
-# (table [C, D], ids of the rows updated this round) -> table.
 # (the table the last round ended with, this round's table after its row
 # means, the rows those changed) -> the table after the step.
 TableStepFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
@@ -240,15 +239,6 @@ class RowSums:
     else:
       divisor = self._holders[:, None]
     return self._ids.astype(np.int32), (self._sums / divisor).astype(np.float32)
-
-
-def row_means(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
-              is_real: Sequence[np.ndarray], weights: Sequence[float], row_mean: str
-              ) -> Tuple[np.ndarray, np.ndarray]:
-  """(row ids, mean delta of each) over the clients' real rows (`RowSums`)."""
-  sums = RowSums(np.asarray(deltas[0]).shape[-1], row_mean)
-  sums.add(keys, deltas, is_real, weights)
-  return sums.means()
 
 
 @dataclasses.dataclass
