@@ -493,9 +493,10 @@ def using_remote_workers() -> bool:
 
 
 def worker_contexts() -> list:
-  """A context per remote worker, for a program that sends each worker calls
-  of its own (a sub-model process's clients); [] on one local worker, whose
-  context is the default one."""
+  """A context per worker, for a program that sends each worker calls of its
+  own (a sub-model process's clients): the remote workers', or those of
+  `several_local_workers`; [] on the one local worker, whose context is the
+  default one."""
   return _remote_workers.contexts if _remote_workers is not None else _local_contexts
 
 
