@@ -48,10 +48,8 @@ def test_rows_moved_round_by_round_search_as_an_index_built_anew():
     changed = rng.choice(len(table), 500, replace=False).astype(np.int32)
     after = table.copy()
     after[changed] += rng.standard_normal((500, 16)).astype(np.float32)
-    found = kept.nearest(before if before is not None else table, after, changed,
-                         changed[:50], 10)
-    before, table = after, after
-    kept.moved(after, changed)
+    found = kept.nearest(before, after, changed, changed[:50], 10)  # None: built.
+    before = table = after
   anew = class_neighbours.ApproximateNeighbours(table, seed=0)
   queries = np.arange(0, 20_000, 97, dtype=np.int32)
   np.testing.assert_array_equal(kept.nearest(table, table, queries[:0], queries, 10),

@@ -34,11 +34,15 @@ def _normalized(rows: np.ndarray) -> np.ndarray:
   return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 
 
-def is_approximate(search: str, num_classes: int) -> bool:
-  """Whether `search` (`SEARCHES`) on a table of `num_classes` rows is approximate."""
+def check_search(search: str) -> None:
   if search not in SEARCHES:
     raise ValueError(f"--spreadout_search must be one of {', '.join(SEARCHES)}, "
                      f"got '{search}'")
+
+
+def is_approximate(search: str, num_classes: int) -> bool:
+  """Whether `search` (`SEARCHES`) on a table of `num_classes` rows is approximate."""
+  check_search(search)
   return search == "approximate" or (search == "auto" and num_classes >= APPROXIMATE_FROM)
 
 

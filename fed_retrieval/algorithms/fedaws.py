@@ -95,7 +95,7 @@ class FedAwSConfig:
       raise ValueError(f"--spreadout must be one of "
                        f"{', '.join(class_spreadout.SPREADOUT_MODES)}, got "
                        f"'{self.spreadout}'")
-    class_neighbours.is_approximate(self.spreadout_search, 0)  # Refuses an unknown one.
+    class_neighbours.check_search(self.spreadout_search)
     for name in ("spreadout_k", "rows_per_client"):
       if getattr(self, name) < 1:
         raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")

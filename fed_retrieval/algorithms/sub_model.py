@@ -359,7 +359,8 @@ class SubModelProcess:
     dense = list(state["tower"][1:] if self._bagged else state["tower"])
     if spec.whole_table:
       mean, loss_sum, count = self.client_round((dense, state["table"]), client_data_)
-      return _RoundSums(list(mean[0]), float(loss_sum), float(count), np.asarray(mean[1]))
+      return _RoundSums([np.asarray(d) for d in mean[0]], float(loss_sum), float(count),
+                        np.asarray(mean[1]))
     contexts = tff_runtime.worker_contexts()
     keys = _invoke(contexts[0] if contexts else None, self.client_keys,
                    np.array([spec.seed, round_num], np.int64), client_data_)
