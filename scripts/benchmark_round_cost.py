@@ -44,9 +44,9 @@ _CLASSES_PER_CLIENT = flags.DEFINE_integer("classes_per_client", 10,
                                            "Classes of each client's points.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds after one warm-up.")
 _SPREADOUT_SEARCH = flags.DEFINE_enum(
-    "spreadout_search", "auto", list(class_neighbours.SEARCHES),
-    "FedAwS: how the spreadout finds each class's neighbours (exact, approximate, "
-    f"auto: approximate from {class_neighbours.APPROXIMATE_FROM:,} classes up).")
+    "spreadout_search", "exact", list(class_neighbours.SEARCHES),
+    "FedAwS: how the spreadout finds each class's neighbours (exact: every class "
+    "scored; approximate: an inverted file kept across rounds).")
 _LOCAL_WORKERS = flags.DEFINE_list(
     "local_workers", ["1"],
     "TFF workers on this machine the round's calls are spread over (what as many "

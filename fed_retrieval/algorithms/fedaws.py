@@ -84,7 +84,7 @@ class FedAwSConfig:
   spreadout_lambda: float = 0.1
   spreadout_margin: float = 1.0
   # How topk finds each class's neighbours (`class_neighbours.SEARCHES`).
-  spreadout_search: str = "auto"
+  spreadout_search: str = "exact"
   rows_per_client: int = 1
 
   def __post_init__(self):
@@ -163,13 +163,12 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
                    seed: int) -> sub_model.TableStepFn:
   """FedAwS's server spreadout on the updated classes (learning rate lambda *
   eta), as the sub-model process's table step. With an exact search, one TF
-  graph; with an approximate one (`class_neighbours`, topk on large tables),
-  the neighbours come from an inverted file kept across rounds."""
+  graph; with an approximate one (`class_neighbours`), the neighbours come
+  from an inverted file kept across rounds."""
   rate = config.spreadout_lambda * config.client_learning_rate
   num_rows, dim = initial_table.shape
   signature = [tf.TensorSpec([num_rows, dim], tf.float32), tf.TensorSpec([None], tf.int32)]
-  if config.spreadout == "all" or not class_neighbours.is_approximate(
-      config.spreadout_search, num_rows):
+  if config.spreadout == "all" or config.spreadout_search == "exact":
     exact = tf.function(lambda table, updated: class_spreadout.spreadout_step(
         table, updated, rate, config.spreadout, config.spreadout_k,
         config.spreadout_margin), input_signature=signature)

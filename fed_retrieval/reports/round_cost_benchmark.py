@@ -115,7 +115,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                     num_features: int = 20_000, num_clients: int = 100,
                     points_per_client: int = 100, classes_per_client: int = 10,
                     batch_size: int = 16, repeats: int = 3, seed: int = 0,
-                    spreadout_search: str = "auto", workers: int = 1) -> Dict[str, Any]:
+                    spreadout_search: str = "exact", workers: int = 1) -> Dict[str, Any]:
   """The figures of `repeats` timed rounds of `algorithm` (small architecture);
   bytes are the client with the most features' (`bag`: selected or whole).
   On `workers` local TFF workers (`tff_runtime.several_local_workers`), the
@@ -157,9 +157,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   oracle = algorithm in ("full_softmax", "softmax_oracle")  # The whole model.
   spreadout = {}
   if algorithm == "fedaws":
-    spreadout = {"spreadout_search": "approximate" if class_neighbours.is_approximate(
-        spreadout_search, num_classes) else "exact"}
-    if spreadout["spreadout_search"] == "approximate":
+    spreadout = {"spreadout_search": spreadout_search}
+    if spreadout_search == "approximate":
       spreadout["spreadout_neighbours"] = _spreadout_neighbours(
           model, clients, state["table"], seed)
   return {"algorithm": algorithm, "bag": "whole" if oracle else bag, **spreadout,

@@ -198,9 +198,9 @@ SPREADOUT_SEARCH = flags.DEFINE_enum(
     "spreadout_search", _FEDAWS.spreadout_search, list(class_neighbours.SEARCHES),
     "FedAwS --spreadout=topk: how each updated class's nearest classes are "
     "found: exact (every class scored, O(updated x classes) a round), "
-    "approximate (an inverted file kept across rounds, its recall stated by "
-    "scripts.benchmark_round_cost), auto (approximate from "
-    f"{class_neighbours.APPROXIMATE_FROM:,} classes up).")
+    "approximate (an inverted file kept across rounds, ~sqrt(classes) a query; "
+    "its recall stated by scripts.benchmark_round_cost; on Delicious it cost "
+    "2.8 P@1).")
 
 # What --help lists (`scripts.cli.run(help_groups=...)`): (title, the --task
 # it serves or None for all, flags).
