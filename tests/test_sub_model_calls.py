@@ -127,6 +127,7 @@ def test_calls_spread_over_three_workers_train_as_on_one(
   spread, _ = two_rounds(task, config, algorithm, shards)
   for a, b in zip(one, spread):
     np.testing.assert_array_equal(b, a)
-  # A round: the keys on the first worker, then 3 calls of 2 clients, one each.
-  assert calls == {0: 2 * 2, 1: 2, 2: 2}
+  # A round: a third of the clients' keys on each worker, then 3 calls of 2
+  # clients, one each.
+  assert calls == {0: 2 * 2, 1: 2 * 2, 2: 2 * 2}
   assert any(np.any(a != b) for a, b in zip(one, initial))
