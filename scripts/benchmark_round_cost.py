@@ -29,6 +29,7 @@ from fed_retrieval.reports import page_flag
 from fed_retrieval.reports import result_files
 from fed_retrieval.reports import round_cost_benchmark
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.runtime import worker_threads
 
 _NUM_CLASSES = flags.DEFINE_list(
     "num_classes", ["10000"], "Classes (table rows); several: each in its own process.")
@@ -51,8 +52,12 @@ _LOCAL_WORKERS = flags.DEFINE_list(
     "local_workers", ["1"],
     "TFF workers on this machine the round's calls are spread over (what as many "
     "machines would do); several counts: each in its own process.")
+_CLIENT_SHARDS = flags.DEFINE_integer(
+    "client_shards", worker_threads.DEFAULT_CLIENT_SHARDS,
+    "Shards of the round's clients, as a run computes them (--client_shards; a "
+    "shard holds at most 250 clients); 0: a TFF client per client.")
 _SHARED = (_ALGORITHM, _BAG, _NUM_NEGATIVES, _NUM_FEATURES, _CLIENTS,
-           _CLASSES_PER_CLIENT, _REPEATS, _SPREADOUT_SEARCH)
+           _CLASSES_PER_CLIENT, _REPEATS, _SPREADOUT_SEARCH, _CLIENT_SHARDS)
 
 
 def _counts(holder: flags.FlagHolder, least: int) -> list:
@@ -88,7 +93,7 @@ def main(argv) -> None:
         configurations[0][0], _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
         _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
         repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value,
-        workers=configurations[0][1])
+        workers=configurations[0][1], client_shards=_CLIENT_SHARDS.value)
   else:
     runs = [_in_child(n, w) for n, w in configurations]
     first = runs[0]["seconds_per_round_min"]

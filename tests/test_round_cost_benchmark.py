@@ -45,8 +45,9 @@ def benchmark(*flags):
 
 def test_the_round_cost_script_reports_tree_memory_and_bytes():
   report = benchmark("--algorithm=fedss", "--bag=whole", "--num_classes=300",
-                     "--num_negatives=20")
+                     "--num_negatives=20", "--client_shards=0")
   check_figures(report, "fedss", "whole", 300)
+  assert report["tff_clients"] == 4  # A TFF client per client.
 
 
 def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall():
@@ -57,6 +58,7 @@ def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall()
   assert report["seconds_ratio_to_first"] == [1.0, round(seconds[1] / seconds[0], 2)]
   for run, num_classes in zip(report["runs"], (300, 600)):
     check_figures(run, "fedaws", "selected", num_classes)
+    assert run["tff_clients"] == 2  # As a run computes them: two shards.
     assert run["memory"]["processes"] == 3  # Python and its two TFF workers.
     cpu = run["cpu_seconds_per_round"]
     assert cpu["driver"] > 0 and len(cpu["workers"]) == 2 and cpu["workers"][0] > 0

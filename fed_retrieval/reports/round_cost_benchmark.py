@@ -14,11 +14,10 @@ worker, where the computations run); run one configuration per process, as
 
 import hashlib
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 import numpy as np
 import psutil
-import tensorflow as tf
 
 from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.algorithms import fedaws
@@ -28,61 +27,70 @@ from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.runtime import worker_threads
+from fed_retrieval.training import round_calls
+from fed_retrieval.training.loop_config import LoopConfig
+from tasks import client_data
 
 FEATURES_PER_POINT = 16
 ALGORITHMS = fedaws.ALGORITHMS + fedss.ALGORITHMS
 
 
 def random_clients(num_clients: int, points_per_client: int, classes_per_client: int,
-                   num_classes: int, num_features: int, batch_size: int,
-                   seed: int) -> List[tf.data.Dataset]:
+                   num_classes: int, num_features: int, seed: int
+                   ) -> client_data.ClientDatasets:
+  """Clients of `classes_per_client` random classes and `points_per_client`
+  points of `FEATURES_PER_POINT` random sparse features each."""
   rng = np.random.default_rng(seed)
-  datasets = []
-  for _ in range(num_clients):
-    classes = rng.choice(num_classes, classes_per_client, replace=False)
-    labels = classes[rng.integers(0, classes_per_client, points_per_client)]
-    ids = rng.integers(1, num_features + 1, (points_per_client, FEATURES_PER_POINT))
-    values = rng.random((points_per_client, FEATURES_PER_POINT))
-    datasets.append(tf.data.Dataset.from_tensor_slices(
-        ((ids.astype(np.int32), values.astype(np.float32)), labels.astype(np.int32))
-    ).batch(batch_size))
-  return datasets
+  classes = np.stack([rng.choice(num_classes, classes_per_client, replace=False)
+                      for _ in range(num_clients)])
+  labels = np.take_along_axis(
+      classes, rng.integers(0, classes_per_client, (num_clients, points_per_client)), 1)
+  points = num_clients * points_per_client
+  ids = rng.integers(1, num_features + 1, (points, FEATURES_PER_POINT)).astype(np.int32)
+  values = rng.random((points, FEATURES_PER_POINT)).astype(np.float32)
+  return client_data.ClientDatasets(
+      (ids, values), labels.ravel().astype(np.int32),
+      {str(i): np.arange(i * points_per_client, (i + 1) * points_per_client)
+       for i in range(num_clients)})
 
 
 def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str, bag: str,
                        num_negatives: int, classes_per_client: int, bag_rows: int,
-                       seed: int, spreadout_search: str):
+                       seed: int, spreadout_search: str, sharded: bool):
   """(process builder, (bytes down, up) of a client with `bag_rows` bag rows)."""
   bag_rows = bag_rows if bag == "selected" else None
   if algorithm in fedss.ALGORITHMS:
     config = FedSSConfig(algorithm=algorithm, num_negatives=num_negatives,
                          positives_per_client=classes_per_client)
-    return (lambda: fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed, bag),
+    return (lambda: fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed, bag,
+                                                     sharded=sharded),
             fedss.bytes_per_client(model.weight_shapes(), model.num_labels,
                                    model.embedding_dim, config, bag_rows))
   config = FedAwSConfig(algorithm=algorithm, rows_per_client=classes_per_client,
                         spreadout_search=spreadout_search)
   down_up = (fedaws.bytes_per_client(model, config) if algorithm == "softmax_oracle"
              else fedaws.bytes_per_client(model, config, bag_rows))
-  return (lambda: fedaws.build_process(model, config, FEATURES_PER_POINT, seed, bag),
+  return (lambda: fedaws.build_process(model, config, FEATURES_PER_POINT, seed, bag,
+                                              sharded=sharded),
           down_up)
 
 
-def _largest_bag(clients: List[tf.data.Dataset]) -> int:
+def _largest_bag(clients: client_data.ClientDatasets) -> int:
   """The most bag rows (distinct feature ids and padding) one client reads."""
-  return max(len(np.union1d(np.concatenate([x[0].numpy().ravel() for x, _ in data]), [0]))
-             for data in clients)
+  ids = clients.pooled()[0][0]
+  return max(len(np.union1d(ids[clients.points(c)], [0])) for c in clients.client_ids)
 
 
 def _spreadout_neighbours(model: xc_encoder.XCEncoderConfig,
-                          clients: List[tf.data.Dataset], table: np.ndarray,
+                          clients: client_data.ClientDatasets, table: np.ndarray,
                           seed: int) -> Dict[str, float]:
   """The approximate neighbours (an index as the run keeps it: a function of
   the table) of the clients' classes against the exact ones: recall@k, and
   the mean cosine of a class to the neighbours each search found (on a table
   with no structure recall is low while the classes found are nearly as
   close: the push the spreadout takes is alike)."""
-  held = np.unique(np.concatenate([y.numpy() for data in clients for _, y in data]))
+  held = np.unique(clients.pooled()[1])
   k = FedAwSConfig().spreadout_k
   index = class_neighbours.ApproximateNeighbours(
       xc_encoder.initial_class_table(model, seed), seed)
@@ -115,9 +123,13 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                     num_features: int = 20_000, num_clients: int = 100,
                     points_per_client: int = 100, classes_per_client: int = 10,
                     batch_size: int = 16, repeats: int = 3, seed: int = 0,
-                    spreadout_search: str = "exact", workers: int = 1) -> Dict[str, Any]:
+                    spreadout_search: str = "exact", workers: int = 1,
+                    client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS
+                    ) -> Dict[str, Any]:
   """The figures of `repeats` timed rounds of `algorithm` (small architecture);
   bytes are the client with the most features' (`bag`: selected or whole).
+  The clients are computed as a run computes them: in `client_shards` shards
+  (`round_calls.round_datasets`; 0: a TFF client each).
   On `workers` local TFF workers (`tff_runtime.several_local_workers`), the
   CPU seconds a round of this process (the driver) and of each worker, and a
   digest of the weights after the rounds (equal on any number of workers).
@@ -130,10 +142,13 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   model = xc_encoder.XCEncoderConfig(num_features, num_classes, bag_dim=64,
                                      hidden_dims=(128,), embedding_dim=64)
   clients = random_clients(num_clients, points_per_client, classes_per_client,
-                           num_classes, num_features, batch_size, seed)
+                           num_classes, num_features, seed)
+  data = round_calls.round_datasets(
+      clients, clients.client_ids, LoopConfig(batch_size=batch_size, local_epochs=1),
+      1, client_shards)
   build_process, (down, up) = _process_and_bytes(
       model, algorithm, bag, num_negatives, classes_per_client, _largest_bag(clients),
-      seed, spreadout_search)
+      seed, spreadout_search, client_shards > 0)
   if workers < 1:
     raise ValueError(f"--workers must be >= 1, got {workers}")
   with (tff_runtime.local_execution_context() if workers == 1 else
@@ -143,11 +158,11 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
         [started] if workers == 1 else started)]
     process = build_process()
     state = process.initialize()
-    state = process.next(state, clients).state  # Warm-up: traces and compiles.
+    state = process.next(state, data).state  # Warm-up: traces and compiles.
     seconds, cpu_before = [], [_cpu_seconds(p) for p in processes]
     for _ in range(repeats):
       start = time.perf_counter()
-      state = process.next(state, clients).state
+      state = process.next(state, data).state
       seconds.append(time.perf_counter() - start)
     cpu = [(_cpu_seconds(p) - before) / repeats
            for p, before in zip(processes, cpu_before)]
@@ -167,6 +182,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                                     "workers": [round(c, 3) for c in cpu[1:]]},
           "weights_sha1": _digest(weights),
           "num_features": num_features, "clients_per_round": num_clients,
+          "tff_clients": len(data),
           "seconds_per_round_min": round(min(seconds), 3),
           "seconds_per_round_mean": round(float(np.mean(seconds)), 3),
           "memory": peak.report(),
