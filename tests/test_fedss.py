@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms import sub_model
+from fed_retrieval.algorithms import sub_model_answers
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import dual_encoder
 from fed_retrieval.models import xc_encoder
@@ -110,7 +111,9 @@ def test_sparse_row_aggregation_matches_numpy():
 
   def applied(row_mean, weights):
     sums = sub_model.RowSums(3, row_mean)
-    sums.add(keys, deltas, real, weights)
+    sums.add(sub_model_answers.client_parts(
+        [np.array(k) for k in keys], deltas, [np.array(r) for r in real], weights,
+        scaled=row_mean == "clients"))
     ids, means = sums.means()
     new_table = table.copy()
     new_table[ids] += means

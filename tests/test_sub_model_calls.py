@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fed_retrieval.algorithms import sub_model
+from fed_retrieval.algorithms import sub_model_answers
 from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
@@ -34,10 +35,22 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
   real = [np.array([True, True]), np.array([True, False]), np.array([True, True])]
   deltas = [np.full((2, 2), v, np.float32) for v in (1.0, 2.0, 4.0)]
   weights = [1.0, 3.0, 2.0]
-  parts = sub_model.RowSums(2, row_mean)
-  parts.add(keys[:1], deltas[:1], real[:1], weights[:1])
-  parts.add(keys[1:], deltas[1:], real[1:], weights[1:])
-  ids, means = parts.means()
+  scaled = row_mean == "clients"
+  one_by_one, summed = sub_model.RowSums(2, row_mean), sub_model.RowSums(2, row_mean)
+  for sums in (one_by_one, summed):
+    sums.add(sub_model_answers.client_parts(keys[:1], deltas[:1], real[:1], weights[:1],
+                                            scaled))
+  one_by_one.add(sub_model_answers.client_parts(keys[1:], deltas[1:], real[1:],
+                                                weights[1:], scaled))
+  # Clients 1 and 2 summed before they arrive, as a shard sums its bag's rows:
+  # rows 0, 1, 3 (5 not real), one holder each.
+  row_sums = [4.0 * 2, 2.0 * 3, 4.0 * 2] if scaled else [4.0, 2.0, 4.0]
+  summed.add(sub_model_answers.RowParts(
+      [np.array([0, 1, 3])], [np.repeat(np.array(row_sums, np.float32)[:, None], 2, 1)],
+      [np.ones(3, np.int64)], weights[1:]))
+  ids, means = one_by_one.means()
+  np.testing.assert_array_equal(summed.means()[0], ids)
+  np.testing.assert_allclose(summed.means()[1], means, rtol=1e-6)
   # Row 0: client 2; row 1: clients 0, 1; row 3: clients 0, 2; row 5 not real.
   if row_mean == "holders":
     expected = {0: 4.0, 1: (1 + 2) / 2, 3: (1 + 4) / 2}

@@ -199,8 +199,8 @@ def bytes_per_client(tower_shapes: Sequence[Sequence[int]], num_keys: int, dim: 
 
 class RowSums:
   """A round's row deltas summed per row as the clients' uploads arrive, a
-  call's clients at a time, O(rows touched): `add` folds in clients, `means`
-  gives (row ids, mean delta of each).
+  call's clients at a time, O(rows touched): `add` folds in uploads
+  (`sub_model_answers.RowParts`), `means` gives (row ids, mean delta of each).
 
   `holders`: each row's deltas averaged over the clients that held it;
   `clients`: the example-weighted sum over every client divided by the
@@ -214,25 +214,20 @@ class RowSums:
     self._holders = np.zeros(0, np.int64)
     self._weights: List[float] = []
 
-  def add(self, keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
-          is_real: Sequence[np.ndarray], weights: Sequence[float]) -> None:
-    """Clients' keys, row deltas, real-key masks and example weights."""
-    real_keys = np.concatenate([self._ids] + [np.asarray(k)[np.asarray(r)]
-                                              for k, r in zip(keys, is_real)])
-    scale = weights if self._row_mean == "clients" else [1.0] * len(weights)
-    real_deltas = np.concatenate([self._sums] + [
-        np.asarray(d)[np.asarray(r)] * w for d, r, w in zip(deltas, is_real, scale)])
-    holders = np.concatenate([self._holders] + [
-        np.ones(int(np.sum(np.asarray(r))), np.int64) for r in is_real])
-    ids, inverse = np.unique(real_keys, return_inverse=True)
+  def add(self, parts: sub_model_answers.RowParts) -> None:
+    """Uploads folded in: parts' keys, summed deltas (`clients`: scaled by
+    weight), holder counts, and their clients' weights."""
+    ids, inverse = np.unique(np.concatenate([self._ids] + parts.keys),
+                             return_inverse=True)
     # Sums per row by TF's segment sum: a round of xc_small's bag (100 clients,
     # ~50k rows of 256) took 0.03 s, against 0.27 s sorting for np.add.reduceat
     # in float64 and 0.47 s with np.add.at (Bibtex's bag).
-    self._sums = tf.math.unsorted_segment_sum(real_deltas, inverse, len(ids)).numpy()
-    self._holders = np.bincount(inverse, weights=holders, minlength=len(ids)).astype(
-        np.int64)
+    self._sums = tf.math.unsorted_segment_sum(
+        np.concatenate([self._sums] + parts.sums), inverse, len(ids)).numpy()
+    self._holders = np.bincount(inverse, weights=np.concatenate(
+        [self._holders] + parts.holders), minlength=len(ids)).astype(np.int64)
     self._ids = ids
-    self._weights.extend(float(w) for w in weights)
+    self._weights.extend(parts.weights)
 
   def means(self) -> Tuple[np.ndarray, np.ndarray]:
     if self._row_mean == "clients":
@@ -371,18 +366,15 @@ class SubModelProcess:
     parts = []
     run = lambda context, a, b: self._call(context, state, dense, keys[a:b],
                                            client_data_[a:b])
-    for mean, loss_sum, count, call_keys, uploads in _in_waves(
+    for mean, loss_sum, count, rows, bag in _in_waves(
         contexts, _calls(sizes, MAX_CLIENTS_PER_CALL), run):
       parts.append(([np.asarray(d) for d in mean[0]], float(count)))
       work.loss_sum += float(loss_sum)
       work.count += float(count)
-      weights = [float(u[-1]) for u in uploads]
       if work.rows is not None:
-        work.rows.add([k[0] for k in call_keys], [u[0] for u in uploads],
-                      [k[1] for k in call_keys], weights)
+        work.rows.add(rows)
       if work.bag is not None:
-        work.bag.add([k[2] for k in call_keys], [u[1] for u in uploads],
-                     [np.ones(len(k[2]), bool) for k in call_keys], weights)
+        work.bag.add(bag)
     work.mean = _combined(parts, summed=spec.dp is not None)
     return work
 
@@ -399,22 +391,33 @@ class SubModelProcess:
   def _call(self, context, state, dense, keys, client_data_):
     """One TFF call, in `context` (None: the default), of the round's clients
     whose keys (per TFF client: a client or a shard) are `keys`: (the mean
-    (DP: sum) of the broadcast's deltas, loss sum, examples, each client's
-    keys and uploads)."""
-    if not self._spec.sharded:
-      mean, loss_sum, count, uploads = _invoke(
-          context, self.client_round, (dense,),
-          sub_model_answers.answers(state, keys, self._bagged), client_data_)
-      return mean, loss_sum, count, keys, uploads
-    bag_sizes = [np.asarray(k[-1]) if self._bagged else np.zeros(0, np.int32)
-                 for k in keys]
-    client_keys = [k[:3] for k in sub_model_answers.split_clients(keys, bag_sizes)]
-    mean, loss_sum, count, shard_uploads = _invoke(
-        context, self.client_round, (dense,), sub_model_answers.pack(
-            sub_model_answers.answers(state, client_keys, self._bagged),
-            [len(k[0]) for k in keys], self._bagged), client_data_)
-    return (mean, loss_sum, count, client_keys,
-            sub_model_answers.split_clients(shard_uploads, bag_sizes))
+    (DP: sum) of the broadcast's deltas, loss sum, examples, the class rows'
+    and the bag's uploads as `RowParts`, each None if not trained)."""
+    spec = self._spec
+    if spec.sharded:
+      answers = sub_model_answers.shard_answers(state, keys, self._bagged)
+    else:
+      answers = sub_model_answers.answers(state, keys, self._bagged)
+    mean, loss_sum, count, uploads = _invoke(context, self.client_round, (dense,),
+                                             answers, client_data_)
+    if spec.sharded:  # Per shard: rows [n, K, D], [bag sums,] counts [n].
+      weights = [np.asarray(u[-1]) for u in uploads]
+      rows = sub_model_answers.client_parts(
+          [k for a in answers for k in a[1]], [d for u in uploads for d in np.asarray(u[0])],
+          [r for a in answers for r in a[2]], np.concatenate(weights),
+          spec.row_mean == "clients")
+      bag = (sub_model_answers.shard_bag_parts(answers, [u[1] for u in uploads], weights)
+             if self._bagged else None)
+    else:  # Per client: rows, [bag rows,] count.
+      weights = [float(u[-1]) for u in uploads]
+      rows = sub_model_answers.client_parts(
+          [a[1] for a in answers], [u[0] for u in uploads], [a[2] for a in answers],
+          weights, spec.row_mean == "clients")
+      bag = (sub_model_answers.client_parts(
+          [a[4] for a in answers], [u[1] for u in uploads],
+          [np.ones(len(a[4]), bool) for a in answers], weights, scaled=True)
+             if self._bagged else None)
+    return mean, loss_sum, count, rows if spec.trains_rows else None, bag
 
   def _server_step(self, state, work: "_RoundSums", round_num: int):
     """The new tower and table: DP noise on the dense means, the bag's mean

@@ -1,11 +1,23 @@
 """The server's answers in a sub-model round: each client's rows of the class
-table (and of the embedding bag), packed per shard of clients, and the
-shards' per-client outputs split back into clients. O(rows touched) per
-client, in NumPy: the TFF worker only ever holds the clients' sub-models."""
+table (and of the embedding bag), or a shard's clients' answers as one, and
+what a call's clients upload as per-row parts for `sub_model.RowSums`.
+O(rows touched) per client, in NumPy: the TFF worker only ever holds the
+clients' sub-models."""
 
-from typing import List, Sequence
+from typing import List, NamedTuple, Sequence
 
 import numpy as np
+
+
+class RowParts(NamedTuple):
+  """Uploads for `RowSums.add`: per part (a client, or a shard's bag) its row
+  keys, their deltas summed over its clients (with the `clients` mean, each
+  client's scaled by its weight), how many of its clients held each key, and
+  its clients' weights."""
+  keys: List[np.ndarray]
+  sums: List[np.ndarray]
+  holders: List[np.ndarray]
+  weights: List[float]
 
 
 def answers(state, keys, bagged: bool) -> List[tuple]:
@@ -23,35 +35,42 @@ def answers(state, keys, bagged: bool) -> List[tuple]:
   return result
 
 
-def pack(client_answers: Sequence[tuple], shard_sizes: Sequence[int],
-         bagged: bool) -> List[tuple]:
-  """Each shard's clients' answers as one: rows [n, K, D], keys and is_real
-  [n, K]; with a bag, the clients' bag rows and keys one after another and
-  each client's count of them [n]."""
-  packed, start = [], 0
-  for size in shard_sizes:
-    group, start = client_answers[start:start + size], start + size
-    answer = tuple(np.stack([a[j] for a in group]) for j in range(3))
+def shard_answers(state, shard_keys, bagged: bool) -> List[tuple]:
+  """Each shard's answer from its keys (`build_client_keys`): its clients'
+  class rows [n, K, D], keys and is_real [n, K]; with a bag, the distinct bag
+  rows its clients read (once, however many read them), their keys, each
+  client's positions among them (one client after another) and each client's
+  count of them [n]."""
+  result = []
+  bag = np.asarray(state["tower"][0]) if bagged else None
+  for keys in shard_keys:
+    class_keys = np.asarray(keys[0])
+    answer = (state["table"][class_keys], class_keys, np.asarray(keys[1]))
     if bagged:
-      answer += (np.concatenate([a[3] for a in group]),
-                 np.concatenate([a[4] for a in group]),
-                 np.array([len(a[4]) for a in group], np.int32))
-    packed.append(answer)
-  return packed
+      distinct, positions = np.unique(np.asarray(keys[2]), return_inverse=True)
+      answer += (bag[distinct], distinct.astype(np.int32), positions.astype(np.int32),
+                 np.asarray(keys[3]))
+    result.append(answer)
+  return result
 
 
-def split_clients(shard_outputs: Sequence[tuple], bag_sizes: Sequence[np.ndarray]
-                  ) -> List[tuple]:
-  """Per-client tuples from shard outputs `(per-client fields [n, ...]...,
-  [concatenated bag field,] per-client field [n])`: a shard's bag field is cut
-  at its clients' `bag_sizes` (an empty array each when there is no bag)."""
-  clients = []
-  for output, sizes in zip(shard_outputs, bag_sizes):
-    fields = [np.asarray(f) for f in output]
-    bagged = len(sizes) > 0
-    cut = np.split(fields[-2], np.cumsum(sizes)[:-1]) if bagged else None
-    stacked = fields[:-2] if bagged else fields[:-1]
-    for i in range(len(fields[-1])):
-      clients.append(tuple(f[i] for f in stacked) + ((cut[i],) if bagged else ())
-                     + (fields[-1][i],))
-  return clients
+def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
+                 is_real: Sequence[np.ndarray], weights: Sequence[float],
+                 scaled: bool) -> RowParts:
+  """Clients' row uploads as parts, their rows that are not real dropped
+  (`scaled`: each client's deltas times its weight)."""
+  real = [np.asarray(r) for r in is_real]
+  return RowParts(
+      [np.asarray(k)[r] for k, r in zip(keys, real)],
+      [np.asarray(d)[r] * w if scaled else np.asarray(d)[r]
+       for d, r, w in zip(deltas, real, weights)],
+      [np.ones(int(np.sum(r)), np.int64) for r in real], [float(w) for w in weights])
+
+
+def shard_bag_parts(shard_answers_: Sequence[tuple], bag_sums: Sequence[np.ndarray],
+                    weights: Sequence[Sequence[float]]) -> RowParts:
+  """Shards' bag uploads (each its clients' weighted deltas summed on its
+  distinct rows) as parts: keys and positions from the shards' answers."""
+  return RowParts([a[4] for a in shard_answers_], [np.asarray(s) for s in bag_sums],
+                  [np.bincount(a[5], minlength=len(a[4])) for a in shard_answers_],
+                  [float(w) for shard in weights for w in shard])

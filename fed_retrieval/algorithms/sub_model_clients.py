@@ -132,10 +132,11 @@ class ClientRound:
     answer = (tensor_type(clients + [spec.num_keys, dim]),
               tensor_type(clients + [spec.num_keys], np.int32),
               tensor_type(clients + [spec.num_keys], np.bool_))
-    if self.bagged:
+    if self.bagged:  # A shard's: its distinct rows, then each client's
+      # positions among them and count of them (`shard_answers`).
       answer += (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
-      if spec.sharded:  # Each client's count of bag rows.
-        answer += (tensor_type([None], np.int32),)
+      if spec.sharded:
+        answer += (tensor_type([None], np.int32), tensor_type([None], np.int32))
     self.answer_type = tff.StructWithPythonType(answer, tuple)
 
   def start(self, broadcast, answer):
@@ -185,14 +186,14 @@ class ClientRound:
                                                      is_real, dataset))
 
   def shard_answer(self, answer, bag_ends, i):
-    """Client i's answer from its shard's (`sub_model_answers.pack`);
-    `bag_ends`: where each client's bag rows end among the shard's."""
+    """Client i's answer from its shard's (`sub_model_answers.shard_answers`);
+    `bag_ends`: where each client's positions end among the shard's."""
     if self.spec.whole_table:
       return None
     picked = (answer[0][i], answer[1][i], answer[2][i])
     if self.bagged:
-      start, end = bag_ends[i] - answer[5][i], bag_ends[i]
-      picked += (answer[3][start:end], answer[4][start:end])
+      positions = answer[5][bag_ends[i] - answer[6][i]:bag_ends[i]]
+      picked += (tf.gather(answer[3], positions), tf.gather(answer[4], positions))
     return picked
 
   def train_shard(self, broadcast, answer, dataset):
@@ -201,11 +202,12 @@ class ClientRound:
     mean over them as the round weighs them (the tower by examples; the whole
     table by examples or per client), the loss sum and examples; with the
     whole table, the table mean's weight; else each client's uploads,
-    stacked (bag deltas one after another). (No DP: a shard's mean is not
-    one client's clipped update.)"""
+    stacked, but the bag's deltas weighted by examples and summed on the
+    shard's distinct rows. (No DP: a shard's mean is not one client's
+    clipped update.)"""
     whole = self.spec.whole_table
     slots = 0 if whole else tf.shape(answer[1])[0]
-    bag_ends = tf.cumsum(answer[5]) if self.bagged else None
+    bag_ends = tf.cumsum(answer[6]) if self.bagged else None
     uploads = (tf.TensorArray(tf.float32, size=slots,
                               element_shape=[self.spec.num_keys, self.dim]),
                tf.TensorArray(tf.float32, size=slots, infer_shape=False,
@@ -230,10 +232,11 @@ class ClientRound:
         broadcast, [tf.math.divide_no_nan(total, d) for total, d in zip(sums, divisors)])
     if whole:
       return shared, loss_total, examples, table_total
-    return shared, loss_total, examples, ((row_ta.stack(), bag_ta.concat(),
-                                           count_ta.stack())
-                                          if self.bagged else (row_ta.stack(),
-                                                               count_ta.stack()))
+    if not self.bagged:
+      return shared, loss_total, examples, (row_ta.stack(), count_ta.stack())
+    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), answer[5],
+                                            tf.shape(answer[3])[0])
+    return shared, loss_total, examples, (row_ta.stack(), bag_sums, count_ta.stack())
 
   def _add(self, broadcast, totals, i, result):
     """The shard's running sums with client i's `result` added."""
@@ -245,8 +248,8 @@ class ClientRound:
                                                      tf.nest.flatten(shared)))
     if not self.spec.whole_table:
       row_ta, count_ta = row_ta.write(i, result[3][0]), count_ta.write(i, count)
-      if self.bagged:
-        bag_ta = bag_ta.write(i, result[3][1])
+      if self.bagged:  # The bag's mean is over every client, by examples.
+        bag_ta = bag_ta.write(i, result[3][1] * count)
     return (sums, loss_total + loss_sum, examples + count,
             table_total + self.table_weight(count), (row_ta, bag_ta, count_ta))
 
