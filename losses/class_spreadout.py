@@ -76,9 +76,9 @@ def spreadout_step(table: tf.Tensor, class_ids: tf.Tensor, learning_rate: float,
   table = tf.convert_to_tensor(table)
   class_ids = tf.cast(class_ids, tf.int32)
   if mode == "topk":
-    k = min(k, table.shape[0] - 1)  # With fewer classes: all of them.
-    if neighbours is None:
-      neighbours = nearest_classes(table, class_ids, k, max_scores_in_memory)
+    if neighbours is None:  # With fewer than k other classes: all of them.
+      neighbours = nearest_classes(table, class_ids, min(k, table.shape[0] - 1),
+                                   max_scores_in_memory)
     rows, neighbour_rows = tf.gather(table, class_ids), tf.gather(table, neighbours)
     with tf.GradientTape() as tape:
       tape.watch([rows, neighbour_rows])

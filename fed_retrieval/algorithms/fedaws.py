@@ -167,23 +167,30 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
   from an inverted file kept across rounds."""
   rate = config.spreadout_lambda * config.client_learning_rate
   num_rows, dim = initial_table.shape
-  signature = [tf.TensorSpec([num_rows, dim], tf.float32), tf.TensorSpec([None], tf.int32)]
   if config.spreadout == "all" or config.spreadout_search == "exact":
     exact = tf.function(lambda table, updated: class_spreadout.spreadout_step(
         table, updated, rate, config.spreadout, config.spreadout_k,
-        config.spreadout_margin), input_signature=signature)
+        config.spreadout_margin), input_signature=[
+            tf.TensorSpec([num_rows, dim], tf.float32), tf.TensorSpec([None], tf.int32)])
     return lambda before, table, updated: exact(table, updated).numpy()
   k = min(config.spreadout_k, num_rows - 1)
   index = class_neighbours.ApproximateNeighbours(initial_table, seed)
-  given = tf.function(lambda table, updated, neighbours: class_spreadout.spreadout_step(
-      table, updated, rate, "topk", k, neighbours=neighbours),
-                      input_signature=signature + [tf.TensorSpec([None, k], tf.int32)])
+  given = tf.function(lambda rows, updated, neighbours: class_spreadout.spreadout_step(
+      rows, updated, rate, "topk", k, neighbours=neighbours), input_signature=[
+          tf.TensorSpec([None, dim], tf.float32), tf.TensorSpec([None], tf.int32),
+          tf.TensorSpec([None, k], tf.int32)])
 
   def approximate(before, table, updated):
+    # Only the updated rows and their neighbours move: the step runs on those
+    # rows and writes them back into the round's table, O(rows moved) and not
+    # O(C) (at 670k classes, the table's copies into TF and back were most of
+    # a 100-client round's server step).
     neighbours = index.nearest(before, table, updated, updated, k)
-    after = given(table, updated, neighbours).numpy()
-    index.moved(after, np.concatenate([updated, neighbours.ravel()]))
-    return after
+    rows = np.unique(np.concatenate([updated, neighbours.ravel()]))
+    table[rows] = given(table[rows], np.searchsorted(rows, updated).astype(np.int32),
+                        np.searchsorted(rows, neighbours).astype(np.int32)).numpy()
+    index.moved(table, rows)
+    return table
 
   return approximate
 

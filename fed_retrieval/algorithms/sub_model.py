@@ -104,7 +104,8 @@ ClientKeysFn = Callable[[Any, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
 ClientLossFn = Callable[[List[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor, Any],
                         tf.Tensor]
 # (the table the last round ended with, this round's table after its row
-# means, the rows those changed) -> the table after the step.
+# means, the rows those changed) -> the table after the step (the second is
+# the round's own copy: the step may change it in place and return it).
 TableStepFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
