@@ -28,13 +28,17 @@ With `sharded` (runs default to it: `--client_shards`), a TFF client is a
 shard of clients, their batches one client after another
 (`ClientDatasets.shard_dataset`), as FedAvg's shards (`client_shards`) are:
 step 1 returns each of the shard's clients' keys, computed from that
-client's own examples; the server packs their answers into one; step 2
+client's own examples; the server answers the shard as one (its clients'
+class rows, and the distinct bag rows they read, each sent once); step 2
 trains the shard's clients one after another in one pass over its batches,
-each from the round's model with its own rows, and returns their uploads
-stacked and their tower deltas' mean. The round is the one of a TFF client
-each (tested) without TFF's cost per client call, twice a round (a
-client's dataset serialized into the worker, its result out): on
-`xc_small`, 100 clients a round, a FedAwS round took 0.70 s instead of 1.33.
+each from the round's model with its own rows, and returns their class-row
+uploads stacked, their bag deltas summed on the shard's rows and their
+tower deltas' mean. The round is the one of a TFF client each (tested, to
+rounding) without TFF's cost per client call, twice a round (a client's
+dataset serialized into the worker, its result out): on `xc_small`, 100
+clients a round, a FedAwS round took 0.70 s instead of 1.33; at Amazon-670K's
+shape, 4,000 clients a round, sending each shard's distinct bag rows once
+took the round from 51 s to 18-24 s (`scripts.benchmark_round_cost`).
 
 A round's TFF calls take at most `MAX_CLIENTS_PER_CALL` clients, the server
 folding each call's uploads into per-row sums as it returns (`RowSums`), so
