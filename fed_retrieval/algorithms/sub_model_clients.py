@@ -7,8 +7,9 @@ with a selected bag, its bag rows, computed from its own data and the round.
 model with the rows it was answered, and returns its deltas. The tower's
 deltas are averaged in TFF (example-weighted; DP: summed after each client
 clips its own); the rows' come back per client for the server to average
-(`sub_model.RowSums`); with the whole table, the table is broadcast and
-averaged as the tower is.
+(`sub_model.RowSums`), but a shard's bag rows summed on the distinct rows
+its clients read; with the whole table, the table is broadcast and averaged
+as the tower is.
 """
 
 from typing import Any, Sequence
