@@ -30,6 +30,7 @@ from fed_retrieval.reports import result_files
 from fed_retrieval.reports import round_cost_benchmark
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.runtime import worker_threads
+from fed_retrieval.training import round_calls
 
 _NUM_CLASSES = flags.DEFINE_list(
     "num_classes", ["10000"], "Classes (table rows); several: each in its own process.")
@@ -55,7 +56,8 @@ _LOCAL_WORKERS = flags.DEFINE_list(
 _CLIENT_SHARDS = flags.DEFINE_integer(
     "client_shards", worker_threads.DEFAULT_CLIENT_SHARDS,
     "Shards of the round's clients, as a run computes them (--client_shards; a "
-    "shard holds at most 250 clients); 0: a TFF client per client.")
+    f"shard holds at most {round_calls.MAX_CLIENTS_PER_SHARD} clients); 0: a TFF "
+    "client per client.")
 _SHARED = (_ALGORITHM, _BAG, _NUM_NEGATIVES, _NUM_FEATURES, _CLIENTS,
            _CLASSES_PER_CLIENT, _REPEATS, _SPREADOUT_SEARCH, _CLIENT_SHARDS)
 
