@@ -133,10 +133,9 @@ class ClientRound:
     answer = (tensor_type(clients + [spec.num_keys, dim]),
               tensor_type(clients + [spec.num_keys], np.int32),
               tensor_type(clients + [spec.num_keys], np.bool_))
-    if self.bagged:  # A shard's: its distinct rows, then each client's
-      # positions among them and count of them (`shard_answers`).
+    if self.bagged:  # A client's bag rows and keys; a shard's distinct ones,
       answer += (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
-      if spec.sharded:
+      if spec.sharded:  # then each client's positions among them and count.
         answer += (tensor_type([None], np.int32), tensor_type([None], np.int32))
     self.answer_type = tff.StructWithPythonType(answer, tuple)
 

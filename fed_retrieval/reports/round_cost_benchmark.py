@@ -64,7 +64,7 @@ def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str, bag: s
     config = FedSSConfig(algorithm=algorithm, num_negatives=num_negatives,
                          positives_per_client=classes_per_client)
     return (lambda: fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed, bag,
-                                                     sharded=sharded),
+                                           sharded=sharded),
             fedss.bytes_per_client(model.weight_shapes(), model.num_labels,
                                    model.embedding_dim, config, bag_rows))
   config = FedAwSConfig(algorithm=algorithm, rows_per_client=classes_per_client,
@@ -72,14 +72,15 @@ def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str, bag: s
   down_up = (fedaws.bytes_per_client(model, config) if algorithm == "softmax_oracle"
              else fedaws.bytes_per_client(model, config, bag_rows))
   return (lambda: fedaws.build_process(model, config, FEATURES_PER_POINT, seed, bag,
-                                              sharded=sharded),
+                                       sharded=sharded),
           down_up)
 
 
 def _largest_bag(clients: client_data.ClientDatasets) -> int:
   """The most bag rows (distinct feature ids and padding) one client reads."""
-  ids = clients.pooled()[0][0]
-  return max(len(np.union1d(ids[clients.points(c)], [0])) for c in clients.client_ids)
+  ids = clients.pooled()[0][0]  # Client after client.
+  ends = np.cumsum([clients.num_examples(c) for c in clients.client_ids])
+  return max(len(np.union1d(rows, [0])) for rows in np.split(ids, ends[:-1]))
 
 
 def _spreadout_neighbours(model: xc_encoder.XCEncoderConfig,
@@ -139,6 +140,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   if algorithm not in ALGORITHMS:
     raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, "
                      f"got '{algorithm}'")
+  if workers < 1:
+    raise ValueError(f"--workers must be >= 1, got {workers}")
   model = xc_encoder.XCEncoderConfig(num_features, num_classes, bag_dim=64,
                                      hidden_dims=(128,), embedding_dim=64)
   clients = random_clients(num_clients, points_per_client, classes_per_client,
@@ -149,8 +152,6 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   build_process, (down, up) = _process_and_bytes(
       model, algorithm, bag, num_negatives, classes_per_client, _largest_bag(clients),
       seed, spreadout_search, client_shards > 0)
-  if workers < 1:
-    raise ValueError(f"--workers must be >= 1, got {workers}")
   with (tff_runtime.local_execution_context() if workers == 1 else
         tff_runtime.several_local_workers(workers)) as started, \
        process_memory.ProcessTreePeak() as peak:
