@@ -216,7 +216,7 @@ def numpy_round_loss(tower, rows, ids, values, positions, allowed, scale):
 def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards):
   config = FedSSConfig(num_negatives=3, positives_per_client=2, client_learning_rate=0.4,
                        server_optimizer="sgd", server_learning_rate=1.0,
-                       row_mean=row_mean)
+                       row_mean=row_mean, row_learning_rate=2.0)
   process = fedss.build_xc_process(MODEL, config, max_features=WIDTH, seed=3, bag=bag,
                                    sharded=shards is not None)
   state = process.initialize()
@@ -248,6 +248,8 @@ def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards):
   if row_mean == "clients":  # Every client's examples weigh; non-holders add 0.
     for key, deltas in weighted_row_deltas.items():
       expected_table[key] = table[key] + np.sum(deltas, axis=0) / sum(sizes)
+  for key in row_deltas:  # The rows' server rate, 2: twice the mean delta.
+    expected_table[key] = table[key] + 2.0 * (expected_table[key] - table[key])
   for g, e in zip(got[:-1], expected_tower):
     np.testing.assert_allclose(g, e, atol=2e-5)
   np.testing.assert_allclose(got[-1], expected_table, atol=2e-5)
@@ -349,3 +351,31 @@ def test_a_resumed_sub_model_run_equals_one_run(tff_context, tmp_path):
   # Resumed from round 4's checkpoint, none set aside as unreadable.
   assert not [name for name in os.listdir(os.path.join(extended, "checkpoints"))
               if name.startswith(checkpoints.UNREADABLE_PREFIX)]
+
+
+def test_row_learning_rate_scales_the_whole_tables_step_alone(tff_context):
+  # Full softmax, one round at row rate 1 and 3 from the same state: the
+  # table moves 3x as far, the tower identically (selected rows: the hand
+  # computation above, at rate 2).
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      synthetic="xc_tiny", partition="k_labels_per_client", labels_per_client=3))
+  clients = task.clients.client_ids[:4]
+  after = {}
+  for rate in (1.0, 3.0):
+    config = xc_settings_of(task.config, fedss=FedSSConfig(
+        num_negatives=5, row_learning_rate=rate), clients_per_round=4)
+    process = xc_family.build_process(task, xc_family.model_config_for(task, config),
+                                      config, "full_softmax")
+    state = process.initialize()
+    initial = process.get_model_weights(state).trainable
+    after[rate] = process.get_model_weights(process.next(state, round_calls.round_datasets(
+        task.clients, clients, config.loop, 0, config.loop.client_shards)).state).trainable
+  *tower_1, table_1 = after[1.0]
+  *tower_3, table_3 = after[3.0]
+  step = table_1 - initial[-1]
+  assert np.all(np.abs(step).sum(1) > 0)  # Every row moved.
+  np.testing.assert_allclose(table_3 - initial[-1], 3 * step, rtol=1e-4, atol=1e-6)
+  for one, three in zip(tower_1, tower_3):
+    np.testing.assert_array_equal(one, three)
+  with pytest.raises(ValueError, match="row_learning_rate"):
+    FedSSConfig(row_learning_rate=0.0)

@@ -71,6 +71,7 @@ class FedSSConfig:
   server_optimizer: str = "adam"
   server_learning_rate: float = 0.03
   row_mean: str = "clients"
+  row_learning_rate: float = 30.0
   positives_per_client: int = 1
 
   def __post_init__(self):
@@ -83,6 +84,8 @@ class FedSSConfig:
     if not 0 < self.negative_fraction < 1:
       raise ValueError(f"--negative_fraction must be in (0, 1), got "
                        f"{self.negative_fraction}")
+    if not self.row_learning_rate > 0:
+      raise ValueError(f"--row_learning_rate must be > 0, got {self.row_learning_rate}")
     if self.positives_per_client < 1:
       raise ValueError("positives_per_client must be >= 1, got "
                        f"{self.positives_per_client}")
@@ -274,7 +277,7 @@ def _build_process(config: FedSSConfig, seed: int, num_classes: int, client_keys
       loss=loss, client_learning_rate=config.client_learning_rate,
       server_optimizer=config.server_optimizer,
       server_learning_rate=config.server_learning_rate, whole_table=full,
-      row_mean=config.row_mean, seed=seed,
+      row_mean=config.row_mean, row_learning_rate=config.row_learning_rate, seed=seed,
       **model_parts))
 
 

@@ -56,9 +56,10 @@ keeps every client's accumulator alive (+50 MB a client at [200k, 64]), so the
 server's work and memory grew with clients x table. Here it is O(rows touched)
 per client, and the TFF worker only ever holds the clients' sub-models.
 
-The rows take a plain mean (FedAvg's server step at rate 1), not the server
-optimizer: a stateful optimizer (momentum, Adam) would keep moving rows that
-no client held this round. Which mean (`row_mean`):
+The rows take a plain mean times `row_learning_rate` (FedAvg's server step:
+SGD at that rate; 1 is FedAvg's), not the server optimizer: a stateful
+optimizer (momentum, Adam) would keep moving rows that no client held this
+round. Which mean (`row_mean`):
 - `holders`: each row's deltas averaged over the clients that held it. A row
   moves as far as its holders moved it, however few: fast where a row's only
   holder is the client of its class, but a row one client sampled as a
@@ -143,6 +144,8 @@ class SubModelSpec:
   table_step: Optional[TableStepFn] = None
   table_first: bool = False
   row_mean: str = "holders"
+  # The server's rate on the rows' mean delta (FedAvg's: 1), see the docstring.
+  row_learning_rate: float = 1.0
   bag: Optional[SelectedBag] = None
   seed: int = 0
   dp: Optional[differential_privacy.ClientDP] = None  # Of the dense part.
@@ -159,6 +162,8 @@ class SubModelSpec:
     if self.row_mean not in ROW_MEANS:
       raise ValueError(f"--row_mean must be one of {', '.join(ROW_MEANS)}, got "
                        f"'{self.row_mean}'")
+    if not self.row_learning_rate > 0:
+      raise ValueError(f"--row_learning_rate must be > 0, got {self.row_learning_rate}")
     if (self.client_keys is None) != self.whole_table:
       raise ValueError("client_keys is needed exactly when clients select rows "
                        "(not whole_table)")
@@ -446,11 +451,11 @@ class SubModelProcess:
     if spec.trains_rows:
       table = table.copy()
       if spec.whole_table:
-        table += table_delta
+        table += spec.row_learning_rate * table_delta
         updated = np.arange(len(table), dtype=np.int32)
       else:
         updated, means = work.rows.means()
-        table[updated] += means
+        table[updated] += spec.row_learning_rate * means
       if spec.table_step is not None:
         table = spec.table_step(state["table"], table, updated)
     return {"tower": list(tower), "table": table, "optimizer": optimizer_state,

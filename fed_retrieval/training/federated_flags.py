@@ -179,6 +179,10 @@ ROW_MEAN = flags.DEFINE_enum(
     "FedSS: a class row's update is the mean over the clients that held it "
     "(holders) or FedAvg's example-weighted mean over every client of the round "
     f"(clients) (default: xc {_FEDSS.row_mean}, movielens holders).")
+ROW_LEARNING_RATE = flags.DEFINE_float(
+    "row_learning_rate", None,
+    "FedSS: the server's rate on a class row's mean delta (FedAvg's: 1) "
+    f"(default: xc {_FEDSS.row_learning_rate:g}, movielens 1).")
 HINGE_MARGIN = flags.DEFINE_float(
     "hinge_margin", _FEDAWS.hinge_margin,
     "FedAwS: the cosine margin of its clients' positive squared hinge.")
@@ -214,7 +218,7 @@ FEDAVG_FLAGS = ("FedAvg and FedSGD", ("movielens", "pu"), (
 DP_FLAGS = ("Client-level differential privacy", None, (
     NOISE_MULTIPLIER, CLIP_NORM, DP_CLIPPING, TARGET_DELTA))
 FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", ("movielens", "xc"),
-               (NUM_NEGATIVES, LOG_Q, ROW_MEAN))
+               (NUM_NEGATIVES, LOG_Q, ROW_MEAN, ROW_LEARNING_RATE))
 FEDAWS_FLAGS = ("FedAwS", "xc", (HINGE_MARGIN, SPREADOUT, SPREADOUT_K, SPREADOUT_LAMBDA,
                                  SPREADOUT_MARGIN, SPREADOUT_SEARCH))
 ALL_FLAGS = (LOOP_FLAGS, FEDAVG_FLAGS, DP_FLAGS, FEDSS_FLAGS, FEDAWS_FLAGS)
@@ -294,7 +298,8 @@ def refuse_fedavg_only_flags(algorithms: str) -> None:
 def fedss_from_flags(defaults: FedSSConfig = _FEDSS) -> FedSSConfig:
   """FedSS's settings (`defaults`) with the FedSS and optimization flags given."""
   return dataclasses.replace(defaults, **_given_fields(
-      defaults, (*_OPTIMIZATION, NUM_NEGATIVES, LOG_Q, ROW_MEAN)))
+      defaults, (*_OPTIMIZATION, NUM_NEGATIVES, LOG_Q, ROW_MEAN,
+                 ROW_LEARNING_RATE)))
 
 
 def fedaws_from_flags(defaults: FedAwSConfig = _FEDAWS) -> FedAwSConfig:

@@ -40,7 +40,7 @@ SPLITS = ("example", "user")
 # Sampled global softmax keeps its item rows averaged over their holders, as
 # it was measured on ml1m; XC's mean over the round's clients (FedSSConfig)
 # was chosen on Bibtex and Delicious and is not measured on items.
-FEDSS_DEFAULTS = FedSSConfig(row_mean="holders")
+FEDSS_DEFAULTS = FedSSConfig(row_mean="holders", row_learning_rate=1.0)
 
 
 def default_client_learning_rate(loss: str) -> float:
