@@ -5,9 +5,12 @@ import pytest
 
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
+from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.evaluation import classification_metrics
 from fed_retrieval.models import xc_encoder
+from tasks.xc import family as xc_family
 from tasks.xc import xc_task
+from tests.configs import xc_settings_of
 from tests.spreadout_reference import numpy_topk_step
 from tests.xc_reference import CLIENTS
 from tests.xc_reference import MODEL
@@ -90,10 +93,9 @@ def test_a_client_downloads_its_rows_never_the_class_table(algorithm):
   table_shape = (MODEL.num_labels, MODEL.embedding_dim)
   client_shapes = all_client_shapes(process)
   assert table_shape not in client_shapes
-  # ... while the server state holds it, and the oracle sends it.
+  # ... while the server state holds it (full softmax, the oracle, sends it:
+  # test_fedss.py).
   assert process.initialize()["table"].shape == table_shape
-  oracle = fedaws.build_softmax_oracle(MODEL, config, max_features=WIDTH)
-  assert table_shape in all_client_shapes(oracle)
   down, _ = fedaws.bytes_per_client(MODEL, config)
   tower = sum(np.prod(s) for s in MODEL.weight_shapes())
   assert down == 4 * (tower + MODEL.embedding_dim)
@@ -146,3 +148,19 @@ def test_a_selected_bag_never_reaches_a_client(bag):
   whole_down, whole_up = fedaws.bytes_per_client(MODEL, FedAwSConfig())
   assert whole_down - down == 4 * 2 * MODEL.bag_dim
   assert whole_up - up == 4 * 2 * MODEL.bag_dim - 4 * 3
+
+
+def test_the_oracle_is_full_softmax_at_fedaws_rates():
+  # One whole-table process serves both papers: the oracle is FedSS's full
+  # softmax (its rows' server step) with FedAwS's client and server rates.
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(synthetic="xc_tiny"))
+  settings = xc_settings_of(task.config, fedaws=FedAwSConfig(
+      client_learning_rate=0.3, server_learning_rate=0.02),
+                            fedss=FedSSConfig(client_learning_rate=0.05,
+                                              row_learning_rate=7.0))
+  oracle = xc_family.algorithm_config(task, settings, "softmax_oracle")
+  assert isinstance(oracle, FedSSConfig) and oracle.algorithm == "full_softmax"
+  assert (oracle.client_learning_rate, oracle.server_learning_rate,
+          oracle.row_learning_rate) == (0.3, 0.02, 7.0)
+  with pytest.raises(ValueError, match="full softmax"):
+    fedaws.build_fedaws_process(MODEL, FedAwSConfig(algorithm="softmax_oracle"), WIDTH)

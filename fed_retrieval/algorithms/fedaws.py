@@ -14,8 +14,12 @@ A round, for clients that each hold the points of their own class(es):
 The same builder gives two baselines of the paper: `positive_only` (no
 spreadout step: the embeddings collapse) and `fixed_class_embeddings` (rows
 downloaded but never trained or uploaded). The third, `softmax_oracle` (full
-softmax, the whole table sent to every client), is FedAvg over the Keras XC
-classifier (`build_softmax_oracle`).
+softmax, the whole table sent to every client), is FedSS's `full_softmax` at
+FedAwS's client and server rates (`tasks.xc.family.algorithm_config`): one
+whole-table process for both papers, whose rows take their mean delta at
+FedSS's row rate rather than a server-Adam step (on Delicious the Adam-stepped
+table collapsed: mean class cosine 0.59, test P@5 32.6, below the most
+frequent labels' 35.4).
 
 The process is `sub_model.build_sub_model_process` (shared with FedSS); its
 model weights are the tower's weights then the class table, in the order of
@@ -30,14 +34,9 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import class_neighbours
-from fed_retrieval.algorithms import client_shards
-from fed_retrieval.algorithms import differential_privacy
-from fed_retrieval.algorithms import fedavg
-from fed_retrieval.algorithms import optimizers
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms.differential_privacy import ClientDP
 from fed_retrieval.models import scoring
-from fed_retrieval.models import variable_model
 from fed_retrieval.models import xc_encoder
 from fed_retrieval.models.xc_encoder import XCEncoderConfig
 from losses import class_spreadout
@@ -149,10 +148,6 @@ def bytes_per_client(model_config: XCEncoderConfig, config: FedAwSConfig,
   """(download, upload) bytes of one client in one round, from the shapes:
   `bag_rows` bag rows (None: the whole bag) and `class_rows` class rows (None:
   the key set's `rows_per_client`)."""
-  if config.algorithm == "softmax_oracle":
-    return sub_model.bytes_per_client(model_config.weight_shapes(),
-                                      model_config.num_labels,
-                                      model_config.embedding_dim, whole_table=True)
   return sub_model.bytes_per_client(
       model_config.weight_shapes(),
       config.rows_per_client if class_rows is None else class_rows,
@@ -203,7 +198,8 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
   (`bag`: how clients receive the tower's embedding bag, `BAGS`; `dp`: of the
   dense tower; `sharded`: `next` takes shards of clients)."""
   if config.algorithm == "softmax_oracle":
-    raise ValueError("softmax_oracle is FedAvg: use build_softmax_oracle")
+    raise ValueError("softmax_oracle is FedSS's full softmax "
+                     "(tasks.xc.family.algorithm_config builds it)")
 
   def loss(tower, rows, keys, is_real, batch):
     del is_real  # Every label of the client is among its keys.
@@ -228,50 +224,3 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
       table_step=spreadout_step(config, initial_table, seed) if config.spreads_out else None,
       bag=selected_bag(bag),
       seed=seed, dp=dp, sharded=sharded))
-
-
-def build_softmax_oracle(model_config: XCEncoderConfig, config: FedAwSConfig,
-                         max_features: int, seed: int = 0, dp: Optional[ClientDP] = None,
-                         sharded: bool = False) -> tff.learning.templates.LearningProcess:
-  """FedAvg with full softmax over every class (the whole table goes both ways).
-
-  The same client SGD and server step as FedAwS's tower, so the methods differ
-  only in what the clients see. With `dp`, TFF's unweighted DP-FedAvg; with
-  `sharded`, the same FedAvg over shards of clients (`client_shards`).
-  """
-
-  def model_fn() -> tff.learning.models.VariableModel:
-    return variable_model.KerasVariableModel(
-        xc_encoder.build_xc_classifier(model_config, seed),
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=((tf.TensorSpec([None, max_features], tf.int32),
-                     tf.TensorSpec([None, max_features], tf.float32)),
-                    tf.TensorSpec([None], tf.int32)))
-
-  optimization = dict(
-      client_optimizer_fn=optimizers.tff_optimizer(
-          "sgd", config.client_learning_rate, "client_optimizer"),
-      server_optimizer_fn=optimizers.tff_optimizer(
-          config.server_optimizer, config.server_learning_rate, "server_optimizer"),
-      loop_implementation=fedavg.CLIENT_LOOP)
-  if dp is not None:
-    return tff.learning.algorithms.build_unweighted_fed_avg(
-        model_fn, model_aggregator=differential_privacy.aggregator(
-            dp.config, dp.expected_clients), **optimization)
-  if sharded:
-    return client_shards.build_sharded_process(
-        model_fn, optimization["server_optimizer_fn"],
-        optimization["client_optimizer_fn"])
-  return tff.learning.algorithms.build_weighted_fed_avg(model_fn, **optimization)
-
-
-def build_process(model_config: XCEncoderConfig, config: FedAwSConfig,
-                  max_features: int, seed: int = 0, bag: str = "selected",
-                  dp: Optional[ClientDP] = None, sharded: bool = False
-                  ) -> sub_model.Process:
-  """The process of `config.algorithm` (the oracle keeps the whole model)."""
-  if config.algorithm == "softmax_oracle":
-    check_bag(bag)
-    return build_softmax_oracle(model_config, config, max_features, seed, dp, sharded)
-  return build_fedaws_process(model_config, config, max_features, seed, bag, dp,
-                              sharded)

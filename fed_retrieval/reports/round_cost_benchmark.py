@@ -60,8 +60,10 @@ def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str, bag: s
                        seed: int, spreadout_search: str, sharded: bool):
   """(process builder, (bytes down, up) of a client with `bag_rows` bag rows)."""
   bag_rows = bag_rows if bag == "selected" else None
-  if algorithm in fedss.ALGORITHMS:
-    config = FedSSConfig(algorithm=algorithm, num_negatives=num_negatives,
+  if algorithm in fedss.ALGORITHMS or algorithm == "softmax_oracle":
+    # The oracle is full softmax at FedAwS's rates: the same round's cost.
+    config = FedSSConfig(algorithm="full_softmax" if algorithm == "softmax_oracle"
+                         else algorithm, num_negatives=num_negatives,
                          positives_per_client=classes_per_client)
     return (lambda: fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed, bag,
                                            sharded=sharded),
@@ -69,11 +71,9 @@ def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str, bag: s
                                    model.embedding_dim, config, bag_rows))
   config = FedAwSConfig(algorithm=algorithm, rows_per_client=classes_per_client,
                         spreadout_search=spreadout_search)
-  down_up = (fedaws.bytes_per_client(model, config) if algorithm == "softmax_oracle"
-             else fedaws.bytes_per_client(model, config, bag_rows))
-  return (lambda: fedaws.build_process(model, config, FEATURES_PER_POINT, seed, bag,
-                                       sharded=sharded),
-          down_up)
+  return (lambda: fedaws.build_fedaws_process(model, config, FEATURES_PER_POINT, seed,
+                                              bag, sharded=sharded),
+          fedaws.bytes_per_client(model, config, bag_rows))
 
 
 def _largest_bag(clients: client_data.ClientDatasets) -> int:

@@ -154,8 +154,9 @@ CLIENT_JIT_COMPILE = flags.DEFINE_bool(
     "ml-latest-small).")
 NOISE_MULTIPLIER = flags.DEFINE_float(
     "noise_multiplier", None,
-    "Client-level DP (FedAvg, FedSGD: MovieLens, PU, the XC oracle; the dense "
-    "tower of FedAwS/FedSS, fixed clip): Gaussian noise of this times the clip "
+    "Client-level DP (FedAvg, FedSGD: MovieLens, PU; XC, a fixed clip: the "
+    "dense tower of FedAwS/FedSS, the whole model of full softmax and the "
+    "oracle): Gaussian noise of this times the clip "
     "on the sum of the clipped client updates, clients sampled by Poisson, "
     "epsilon reported every round (none: no DP).")
 CLIP_NORM = flags.DEFINE_float(
@@ -163,7 +164,8 @@ CLIP_NORM = flags.DEFINE_float(
     "DP: the L2 norm each client update is clipped to (adaptive: where it starts).")
 DP_CLIPPING = flags.DEFINE_enum(
     "dp_clipping", _DP_DEFAULTS.clipping, list(differential_privacy.CLIPPINGS),
-    "DP: a fixed clip, or one adapted each round to the median update norm.")
+    "DP: a fixed clip, or one adapted each round to the median update norm "
+    "(FedAvg, FedSGD).")
 TARGET_DELTA = flags.DEFINE_float(
     "target_delta", _DP_DEFAULTS.target_delta,
     "DP: the delta at which epsilon is reported.")

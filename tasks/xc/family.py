@@ -56,6 +56,11 @@ def model_config_for(task: XCTask, settings: XCSettings) -> xc_encoder.XCEncoder
 def algorithm_config(task: XCTask, settings: XCSettings, algorithm: str
                      ) -> Union[FedAwSConfig, FedSSConfig]:
   """The settings of `algorithm`, sized to the task's clients."""
+  if algorithm == "softmax_oracle":  # FedSS's full softmax at FedAwS's rates.
+    rates = {name: getattr(settings.fedaws, name) for name in (
+        "client_learning_rate", "server_optimizer", "server_learning_rate")}
+    return algorithm_config(task, dataclasses.replace(
+        settings, fedss=dataclasses.replace(settings.fedss, **rates)), "full_softmax")
   if algorithm in fedss.ALGORITHMS:
     return dataclasses.replace(
         settings.fedss, algorithm=algorithm,
@@ -84,7 +89,8 @@ def build_process(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
   dp = (None if settings.dp is None else
         differential_privacy.ClientDP(settings.dp, settings.loop.clients_per_round))
   sharded = fedavg.shards_of(settings.loop, settings.dp) > 0
-  build = fedss.build_xc_process if isinstance(config, FedSSConfig) else fedaws.build_process
+  build = (fedss.build_xc_process if isinstance(config, FedSSConfig)
+           else fedaws.build_fedaws_process)
   return build(model_config, config, task.feature_width, settings.loop.seed,
                settings.bag, dp, sharded)
 

@@ -69,9 +69,10 @@ class XCSettings:
     if self.dp is None:
       return
     differential_privacy.check_compatible(self.loop, self.dp)
-    if self.dp.clipping != "fixed" and algorithm != "softmax_oracle":
+    if self.dp.clipping != "fixed":
       raise ValueError(f"--dp_clipping={self.dp.clipping}: --algorithm={algorithm} "
-                       "clips at a fixed --clip_norm (adaptive: softmax_oracle only)")
+                       "clips at a fixed --clip_norm (adaptive: FedAvg and FedSGD, "
+                       "MovieLens and PU)")
     if (self.bag == "selected" and algorithm not in ("softmax_oracle", "full_softmax")
         and not ARCHITECTURES[self.architecture].get("dense_layers", True)):
       raise ValueError(f"--noise_multiplier: with --xc_architecture={self.architecture} "
