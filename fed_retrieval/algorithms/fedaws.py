@@ -41,7 +41,11 @@ from fed_retrieval.models import xc_encoder
 from fed_retrieval.models.xc_encoder import XCEncoderConfig
 from losses import class_spreadout
 
-ALGORITHMS = ("fedaws", "positive_only", "fixed_class_embeddings", "softmax_oracle")
+# The algorithms `build_fedaws_process` builds; the family's third baseline,
+# the oracle, is FedSS's full softmax (module docstring).
+OWN_ALGORITHMS = ("fedaws", "positive_only", "fixed_class_embeddings")
+ORACLE = "softmax_oracle"
+ALGORITHMS = OWN_ALGORITHMS + (ORACLE,)
 # How a client receives the tower's embedding bag: only the rows of its
 # features (the default), or the whole bag (the contrast).
 BAGS = ("selected", "whole")
@@ -197,8 +201,8 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
   """FedAwS, `positive_only` or `fixed_class_embeddings` as a sub-model process
   (`bag`: how clients receive the tower's embedding bag, `BAGS`; `dp`: of the
   dense tower; `sharded`: `next` takes shards of clients)."""
-  if config.algorithm == "softmax_oracle":
-    raise ValueError("softmax_oracle is FedSS's full softmax "
+  if config.algorithm not in OWN_ALGORITHMS:
+    raise ValueError(f"{config.algorithm} is FedSS's full softmax "
                      "(tasks.xc.family.algorithm_config builds it)")
 
   def loss(tower, rows, keys, is_real, batch):

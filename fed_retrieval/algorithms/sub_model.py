@@ -162,8 +162,6 @@ class SubModelSpec:
     if self.row_mean not in ROW_MEANS:
       raise ValueError(f"--row_mean must be one of {', '.join(ROW_MEANS)}, got "
                        f"'{self.row_mean}'")
-    if not self.row_learning_rate > 0:
-      raise ValueError(f"--row_learning_rate must be > 0, got {self.row_learning_rate}")
     if (self.client_keys is None) != self.whole_table:
       raise ValueError("client_keys is needed exactly when clients select rows "
                        "(not whole_table)")

@@ -33,7 +33,8 @@ from fed_retrieval.training.loop_config import LoopConfig
 from tasks import client_data
 
 FEATURES_PER_POINT = 16
-ALGORITHMS = fedaws.ALGORITHMS + fedss.ALGORITHMS
+# The oracle is full softmax at other rates: the same round, measured once.
+ALGORITHMS = fedaws.OWN_ALGORITHMS + fedss.ALGORITHMS
 
 
 def random_clients(num_clients: int, points_per_client: int, classes_per_client: int,
@@ -60,10 +61,8 @@ def _process_and_bytes(model: xc_encoder.XCEncoderConfig, algorithm: str, bag: s
                        seed: int, spreadout_search: str, sharded: bool):
   """(process builder, (bytes down, up) of a client with `bag_rows` bag rows)."""
   bag_rows = bag_rows if bag == "selected" else None
-  if algorithm in fedss.ALGORITHMS or algorithm == "softmax_oracle":
-    # The oracle is full softmax at FedAwS's rates: the same round's cost.
-    config = FedSSConfig(algorithm="full_softmax" if algorithm == "softmax_oracle"
-                         else algorithm, num_negatives=num_negatives,
+  if algorithm in fedss.ALGORITHMS:
+    config = FedSSConfig(algorithm=algorithm, num_negatives=num_negatives,
                          positives_per_client=classes_per_client)
     return (lambda: fedss.build_xc_process(model, config, FEATURES_PER_POINT, seed, bag,
                                            sharded=sharded),
@@ -170,7 +169,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
     weights = process.get_model_weights(state).trainable
   model_bytes = 4 * (sum(int(np.prod(s)) for s in model.weight_shapes()) +
                      num_classes * model.embedding_dim)
-  oracle = algorithm in ("full_softmax", "softmax_oracle")  # The whole model.
+  oracle = algorithm == "full_softmax"  # The whole model.
   spreadout = {}
   if algorithm == "fedaws":
     spreadout = {"spreadout_search": spreadout_search}

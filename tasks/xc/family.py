@@ -56,7 +56,7 @@ def model_config_for(task: XCTask, settings: XCSettings) -> xc_encoder.XCEncoder
 def algorithm_config(task: XCTask, settings: XCSettings, algorithm: str
                      ) -> Union[FedAwSConfig, FedSSConfig]:
   """The settings of `algorithm`, sized to the task's clients."""
-  if algorithm == "softmax_oracle":  # FedSS's full softmax at FedAwS's rates.
+  if algorithm == fedaws.ORACLE:  # FedSS's full softmax at FedAwS's rates.
     rates = {name: getattr(settings.fedaws, name) for name in (
         "client_learning_rate", "server_optimizer", "server_learning_rate")}
     return algorithm_config(task, dataclasses.replace(
