@@ -133,3 +133,14 @@ def test_fedss_rows_average_over_the_rounds_clients_in_xc_and_their_holders_in_m
   assert resolved("--row_mean=clients")["fedss"]["row_mean"] == "clients"
   assert resolved("--task=xc", "--row_mean=holders")["fedss"]["row_mean"] == "holders"
 
+
+
+def test_xc_reference_towers_default_to_the_residual_and_are_checked():
+  assert resolved("--task=xc")["reference_architectures"] == ["residual"]
+  assert resolved("--task=xc", "--xc_reference_architectures=")[
+      "reference_architectures"] == []
+  assert resolved("--task=xc", "--xc_reference_architectures=small,paper")[
+      "reference_architectures"] == ["small", "paper"]
+  assert resolved("--task=xc", "--xc_reference_architectures=deep")["error"].startswith(
+      "--xc_reference_architectures must be one of linear, residual, small, paper, "
+      "got 'deep'")

@@ -81,3 +81,20 @@ def test_soft_target_crossentropy_is_the_mean_over_a_points_labels():
   loss = multi_label.SoftTargetCrossentropy(reduction="none")
   np.testing.assert_allclose(loss(padded, logits).numpy(), expected, rtol=1e-6)
   assert multi_label.SoftTargetCrossentropy.from_config(loss.get_config()).reduction == "none"
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({}, ["centralized_one_label", "centralized_all_labels",
+          "centralized_all_labels_residual"]),
+    # The federated runs' tower is the residual one: no second row of it.
+    ({"architecture": "residual"}, ["centralized_one_label", "centralized_all_labels"]),
+    ({"reference_architectures": ("small", "residual")},
+     ["centralized_one_label", "centralized_all_labels", "centralized_all_labels_small",
+      "centralized_all_labels_residual"]),
+    ({"references": False}, []),
+])
+def test_a_comparison_adds_the_all_labels_reference_of_each_other_tower(changes, expected):
+  settings = dataclasses.replace(XCSettings(xc_task.XCTaskConfig(synthetic="xc_tiny")),
+                                 **changes)
+  [group] = xc_family.XCFamily().comparison(settings)
+  assert [run.name for run in group.centralized] == expected

@@ -34,11 +34,16 @@ def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):
   with open(os.path.join(tmp_path, "out", "results.csv")) as f:
     rows = list(csv.DictReader(f))
   assert [r["run"] for r in rows] == [
-      "centralized_one_label", "centralized_all_labels", "fedaws", "softmax_oracle",
-      "most_frequent_labels"]
+      "centralized_one_label", "centralized_all_labels", "centralized_all_labels_residual",
+      "fedaws", "softmax_oracle", "most_frequent_labels"]
   for row in rows:
     assert 0.0 <= float(row["precision@1"]) <= 1.0
-  fedaws_down, oracle_down = (int(r["bytes_down_per_client"]) for r in rows[2:4])
+  # The stronger tower's reference: the residual one, on all labels.
+  with open(os.path.join(tmp_path, "out", "centralized_all_labels_residual",
+                         "run_config.json")) as f:
+    residual = json.load(f)
+  assert residual["model"]["residual"] and residual["training"]["label_assignment"] == "all"
+  fedaws_down, oracle_down = (int(r["bytes_down_per_client"]) for r in rows[3:5])
   # The oracle sends the whole 200 x 256 class table and the whole bag; FedAwS
   # one row and the bag rows of the client with the most features.
   task = xc_task.build_xc_task(xc_task.XCTaskConfig(
@@ -47,14 +52,14 @@ def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):
   assert oracle_down - fedaws_down == 4 * (200 - 1 + task.num_features + 1 -
                                           bag_rows.max()) * 256
   # As deployed, each client gets its own bag rows: the mean, not the largest.
-  assert float(rows[2]["mean_real_bytes_down_per_client"]) == pytest.approx(
+  assert float(rows[3]["mean_real_bytes_down_per_client"]) == pytest.approx(
       fedaws_down - 4 * 256 * (bag_rows.max() - bag_rows.mean()), rel=1e-6)
-  assert rows[2]["rounds"] == "4"
+  assert rows[3]["rounds"] == "4"
   # Gaps to the references: the clients hold one drawn label a point by default.
-  fedaws, one_label = float(rows[2]["precision@1"]), float(rows[0]["precision@1"])
-  best = max(float(rows[0]["precision@1"]), float(rows[1]["precision@1"]))
-  assert float(rows[2]["gap_to_same_reference"]) == pytest.approx(fedaws - one_label)
-  assert float(rows[2]["gap_to_best_reference"]) == pytest.approx(fedaws - best)
+  fedaws, one_label = float(rows[3]["precision@1"]), float(rows[0]["precision@1"])
+  best = max(float(r["precision@1"]) for r in rows[:3])
+  assert float(rows[3]["gap_to_same_reference"]) == pytest.approx(fedaws - one_label)
+  assert float(rows[3]["gap_to_best_reference"]) == pytest.approx(fedaws - best)
   assert "| fedaws |" in result.stdout and "| centralized_all_labels |" in result.stdout
   assert "XC task: labels 200, features 2000, train_points 3000" in result.stderr
   with open(os.path.join(tmp_path, "out", "curves.png"), "rb") as f:

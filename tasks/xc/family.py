@@ -8,8 +8,12 @@ metrics carry the bytes each client moves per round. The centralized
 references are the same tower and class table trained with full softmax on
 the pooled examples of one drawn label a point (`centralized_one_label`, what
 FedAwS's clients hold) and of all labels (`centralized_all_labels`, one
-example a point with its labels as a soft target); the trivial baseline
-predicts the labels most frequent among all training labels.
+example a point with its labels as a soft target); a comparison also trains
+the all-labels reference with each stronger tower asked for
+(`reference_architectures`, the residual one by default), since the tower
+that trains best federatedly is not the best centralized model on every set.
+The trivial baseline predicts the labels most frequent among all training
+labels.
 """
 
 import dataclasses
@@ -208,19 +212,27 @@ def reference_examples(task: XCTask, label_assignment: str
           tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 
-def centralized_job(task: XCTask, settings: XCSettings, label_assignment: str
-                    ) -> CentralizedJob:
-  """The federated runs' tower and class table trained centrally with full
-  softmax on the examples of `label_assignment`; exported likewise. Its run
-  config holds what its result depends on: the points and splits (not how
-  clients are dealt), its examples, the model and its training."""
+def reference_name(label_assignment: str, architecture: Optional[str] = None) -> str:
+  """A centralized reference's row: by its label assignment, and its tower
+  where that is not the federated runs'."""
+  name = CENTRALIZED_SETTINGS[label_assignment]
+  return f"{name}_{architecture}" if architecture else name
+
+
+def centralized_job(task: XCTask, settings: XCSettings, label_assignment: str,
+                    name: Optional[str] = None) -> CentralizedJob:
+  """The tower and class table of `settings` (the federated runs' unless a
+  comparison asks for another) trained centrally with full softmax on the
+  examples of `label_assignment`; exported likewise. Its run config holds
+  what its result depends on: the points and splits (not how clients are
+  dealt), its examples, the model and its training."""
   if label_assignment not in xc_task.LABEL_ASSIGNMENTS:
     raise ValueError(f"label assignment must be one of "
                      f"{', '.join(xc_task.LABEL_ASSIGNMENTS)}, got '{label_assignment}'")
   model_config = model_config_for(task, settings)
   points, targets, loss = reference_examples(task, label_assignment)
   inputs = (task.train.feature_ids[points], task.train.feature_values[points])
-  setting = CENTRALIZED_SETTINGS[label_assignment]
+  setting = name or reference_name(label_assignment)
   return CentralizedJob(
       name=setting,
       run_config={"task": task.config.describe_points(),
@@ -272,21 +284,32 @@ class XCFamily(family.TaskFamily):
         CENTRALIZED_SETTINGS[settings.task.label_assignment])
 
   def centralized_run(self, settings: XCSettings, label_assignment: Optional[str] = None,
-                      task: Optional[XCTask] = None) -> family.CentralizedRun:
+                      task: Optional[XCTask] = None, architecture: Optional[str] = None
+                      ) -> family.CentralizedRun:
+    """A reference of `settings`' tower, or of `architecture` (named by it)."""
     assignment = label_assignment or settings.task.label_assignment
     task = task or xc_task.build_xc_task(settings.task)
-    return family.CentralizedRun(CENTRALIZED_SETTINGS[assignment],
-                                 lambda: centralized_job(task, settings, assignment),
-                                 settings.centralized)
+    name = reference_name(assignment, architecture)
+    if architecture:
+      settings = dataclasses.replace(settings, architecture=architecture)
+    return family.CentralizedRun(
+        name, lambda: centralized_job(task, settings, assignment, name),
+        settings.centralized)
 
   def comparison(self, settings: XCSettings) -> List[family.Group]:
     """The algorithms beside both references (none where the test classes are
-    held out of training: no softmax over them) and the most frequent labels."""
+    held out of training: no softmax over them), the all-labels reference of
+    each other tower asked for, and the most frequent labels."""
     task = xc_task.build_xc_task(settings.task)
     points = settings.task.class_split == "points"
     references = xc_task.LABEL_ASSIGNMENTS if settings.references and points else ()
+    centralized = [self.centralized_run(settings, a, task) for a in references]
+    if references:
+      centralized += [self.centralized_run(settings, "all", task, tower)
+                      for tower in settings.reference_architectures
+                      if tower != settings.architecture]
     return [family.Group(
         "", [self.federated_run(settings, a, task) for a in settings.algorithms],
-        [self.centralized_run(settings, a, task) for a in references],
+        centralized,
         BASELINE if points else None,
         (lambda: most_frequent_labels_baseline(task)) if points else None)]

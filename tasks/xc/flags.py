@@ -76,6 +76,11 @@ XC_BAG = flags.DEFINE_enum(
     "contrast). The oracles always send the whole model.")
 LOGIT_SCALE = flags.DEFINE_float("logit_scale", _DEFAULTS.logit_scale,
                                  "XC: logits are this times the cosine.")
+XC_REFERENCE_ARCHITECTURES = flags.DEFINE_list(
+    "xc_reference_architectures", list(_DEFAULTS.reference_architectures),
+    "XC comparison: towers besides --xc_architecture that the all-labels reference "
+    "is also trained with, each its own row (centralized_all_labels_<tower>): the "
+    "ceiling of a stronger centralized model (empty: none).")
 CENTRALIZED_REFERENCES = flags.DEFINE_bool(
     "centralized_references", True,
     "XC comparison: also train the centralized references (full softmax on one "
@@ -88,6 +93,7 @@ HELP_GROUPS = (
         XC_FEATURE_SCALING, XC_VALIDATION_FRACTION, XC_CLASS_SPLIT,
         XC_HELD_OUT_CLASS_FRACTION)),
     ("XC model", "xc", (XC_ARCHITECTURE, XC_BAG, LOGIT_SCALE, CENTRALIZED_REFERENCES,
+                        XC_REFERENCE_ARCHITECTURES,
                         index_flags.INDEX, index_flags.INDEX_RECALL)),
 )
 
@@ -120,5 +126,6 @@ def settings_from_flags() -> XCSettings:
           REFERENCE_DEFAULTS, patience=loop.patience,
           min_improvement_se=loop.min_improvement_se, smoothing=loop.smoothing,
           seed=loop.seed),
-      references=CENTRALIZED_REFERENCES.value, index=index_flags.INDEX.value,
+      references=CENTRALIZED_REFERENCES.value,
+      reference_architectures=tuple(XC_REFERENCE_ARCHITECTURES.value), index=index_flags.INDEX.value,
       index_recall=index_flags.INDEX_RECALL.value)

@@ -47,13 +47,19 @@ class XCSettings:
   loop: LoopConfig = LOOP_DEFAULTS["xc"]
   centralized: CentralizedConfig = REFERENCE_DEFAULTS
   references: bool = True  # A comparison trains the centralized references.
+  # Towers besides `architecture` that a comparison's all-labels reference is
+  # also trained with: the ceiling of a stronger centralized model.
+  reference_architectures: Tuple[str, ...] = ("residual",)
   index: str = "auto"  # The top-k index of evaluation (`top_k_index.resolve_kind`).
   index_recall: float = top_k_index.TARGET_RECALL  # An approximate one's target.
 
   def __post_init__(self):
-    if self.architecture not in ARCHITECTURES:
-      raise ValueError(f"--xc_architecture must be one of {', '.join(ARCHITECTURES)}, "
-                       f"got '{self.architecture}'")
+    for flag, names in (("xc_architecture", (self.architecture,)),
+                        ("xc_reference_architectures", self.reference_architectures)):
+      for name in names:
+        if name not in ARCHITECTURES:
+          raise ValueError(f"--{flag} must be one of {', '.join(ARCHITECTURES)}, "
+                           f"got '{name}'")
     fedaws.check_bag(self.bag)
     top_k_index.resolve_kind(self.index, 0)  # Refuses an unknown kind.
     for algorithm in (self.algorithm, *self.algorithms):
