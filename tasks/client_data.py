@@ -129,6 +129,11 @@ class ClientDatasets:
   def num_examples(self, client_id: str) -> int:
     return len(self._points[client_id])
 
+  @property
+  def labels(self) -> np.ndarray:
+    """The labels of every point, in point order."""
+    return self._labels
+
   def pooled(self):
     """(inputs, labels) of every client's points, client after client: the
     same examples trained centrally."""

@@ -35,6 +35,13 @@ CLIENTS = [  # Client 0 holds classes 1 and 2; client 1 holds class 5.
     (np.array([[2, 4], [1, 3]]), np.array([[0.7, 0.3], [0.4, 0.6]]), np.array([5, 5])),
 ]
 
+# The same clients, each label with its point's other held labels (-1: none):
+# client 0's first point also carries class 2, which it holds.
+CLIENTS_WITH_OTHERS = [
+    (ids, values, np.stack([labels, other], axis=1))
+    for (ids, values, labels), other in zip(CLIENTS, [np.array([2, -1, -1]),
+                                                       np.array([-1, -1])])]
+
 
 def keys_of(positives, slots=4, classes=50, negatives=10, seed=(0, 1), reserved=()):
   keys, is_real = fedss.sample_key_set(tf.constant(positives, tf.int32), slots, classes,
@@ -208,29 +215,35 @@ def numpy_round_loss(tower, rows, ids, values, positions, allowed, scale):
   return numpy_candidate_loss(scale * g @ unit.T, positions, allowed)
 
 
-@pytest.mark.parametrize("row_mean,bag,shards", [
-    ("holders", "selected", None), ("clients", "selected", None),
-    ("holders", "whole", None),
-    ("clients", "selected", [[0, 1]]),  # One TFF client does both clients.
-    ("holders", "whole", [[0], [1]])])
-def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards):
+@pytest.mark.parametrize("row_mean,bag,shards,clients", [
+    ("holders", "selected", None, CLIENTS), ("clients", "selected", None, CLIENTS),
+    ("holders", "whole", None, CLIENTS),
+    ("clients", "selected", [[0, 1]], CLIENTS),  # One TFF client does both clients.
+    ("holders", "whole", [[0], [1]], CLIENTS),
+    # A point's other held label is never its negative.
+    ("clients", "selected", None, CLIENTS_WITH_OTHERS),
+    ("holders", "whole", [[0, 1]], CLIENTS_WITH_OTHERS)])
+def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards, clients):
   config = FedSSConfig(num_negatives=3, positives_per_client=2, client_learning_rate=0.4,
                        server_optimizer="sgd", server_learning_rate=1.0,
                        row_mean=row_mean, row_learning_rate=2.0)
+  other_labels = clients[0][2].shape[1] - 1 if clients[0][2].ndim == 2 else 0
   process = fedss.build_xc_process(MODEL, config, max_features=WIDTH, seed=3, bag=bag,
-                                   sharded=shards is not None)
+                                   sharded=shards is not None, other_labels=other_labels)
   state = process.initialize()
   start = [np.asarray(w, np.float64) for w in process.get_model_weights(state).trainable]
   tower, table = start[:-1], start[-1]
   got = [np.asarray(w) for w in process.get_model_weights(
-      process.next(state, round_data(CLIENTS, shards)).state).trainable]
+      process.next(state, round_data(clients, shards)).state).trainable]
 
   tower_deltas, row_deltas, weighted_row_deltas, sizes = [], {}, {}, []
-  for ids, values, labels in CLIENTS:
+  for ids, values, client_labels in clients:
+    labels = client_labels if client_labels.ndim == 1 else client_labels[:, 0]
+    others = client_labels[:, 1:] if client_labels.ndim == 2 else labels[:, None] * 0 - 1
     keys, is_real = keys_of(labels, slots=2, classes=8, negatives=3, seed=(3, 1))
     rows = table[keys]
     positions = np.array([list(keys).index(label) for label in labels])
-    allowed = np.tile(is_real, (len(labels), 1))
+    allowed = np.array([is_real & ~np.isin(keys, other) for other in others])
 
     def loss(tower_weights, client_rows):
       return numpy_round_loss(tower_weights, client_rows, ids, values, positions,

@@ -291,3 +291,39 @@ def test_bag_rows_per_client_counts_each_clients_features_and_padding():
     ids = task.train.feature_ids[points]
     assert rows[i] == len(set(ids[ids > 0].tolist())) + 1  # And row 0, padding.
   np.testing.assert_array_equal(task.labels_per_client(), 1)
+
+
+def test_other_held_labels_are_the_points_labels_its_client_also_holds():
+  label_sets = [np.array([0, 2]), np.array([1]), np.array([0, 1, 2]), np.array([2, 3])]
+  points = np.array([0, 1, 2, 3])
+  labels = np.array([0, 1, 2, 3])
+  # Client a holds labels {0, 2} (points 0, 2), b {1, 3}, c {3} (no second label).
+  clients = {"a": np.array([0, 2]), "b": np.array([1, 3])}
+  others = xc_task.other_held_labels(label_sets, points, labels, clients)
+  np.testing.assert_array_equal(others, [[2], [-1], [0], [-1]])
+  # One label a client: nothing to leave out, no column.
+  assert xc_task.other_held_labels(label_sets, points, labels, {
+      str(i): np.array([i]) for i in range(4)}).shape == (4, 0)
+
+
+def test_clients_of_several_labels_carry_their_points_other_held_labels(tmp_path):
+  train, test = write_small_xc_files(
+      tmp_path, ["0,2 0:1 1:1", "1 2:1", "0,1,2 3:1 4:1 5:1", "2 0:1"],
+      ["0 1:1", "1 2:1", "2 3:1"])
+  # One client holds every drawn label; points 0 and 2 carry two or three.
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      train_path=train, test_path=test, partition="k_labels_per_client",
+      labels_per_client=3))
+  labels = task.clients.labels
+  assert labels.shape[0] == 4 and labels.shape[1] >= 2
+  for row, (point, label) in enumerate(zip(task.example_points, task.example_labels)):
+    client = next(c for c in task.clients.client_ids if row in task.clients.points(c))
+    held = set(task.example_labels[task.clients.points(client)].tolist())
+    expected = sorted(set(task.train.label_sets[point].tolist()) & held - {label})
+    assert labels[row, 0] == label
+    assert sorted(l for l in labels[row, 1:].tolist() if l >= 0) == expected
+  # One label per client (the default): labels as before, and the same fingerprint.
+  one = xc_task.build_xc_task(xc_task.XCTaskConfig(train_path=train, test_path=test))
+  assert one.clients.labels.ndim == 1
+  assert xc_task.fingerprint(task) != xc_task.fingerprint(
+      task, task.example_points, task.example_labels)

@@ -139,11 +139,20 @@ def positive_hinge_loss(instance_embeddings: tf.Tensor, rows: tf.Tensor,
   return tf.reduce_mean(tf.square(tf.maximum(margin - cosine, 0.0)))
 
 
-def xc_batch_type(max_features: int):
-  """TFF type of an XC batch: ((feature ids, values) [B, F], labels [B])."""
+def xc_batch_type(max_features: int, other_labels: int = 0):
+  """TFF type of an XC batch: ((feature ids, values) [B, F], labels): labels
+  [B], or [B, 1 + other_labels] where clients hold several labels (the
+  example's own, then its point's other labels its client holds, -1 padded;
+  `xc_task.other_held_labels`)."""
+  labels = [None] if not other_labels else [None, 1 + other_labels]
   return ((tff.TensorType(np.int32, [None, max_features]),
            tff.TensorType(np.float32, [None, max_features])),
-          tff.TensorType(np.int32, [None]))
+          tff.TensorType(np.int32, labels))
+
+
+def own_labels(labels: tf.Tensor) -> tf.Tensor:
+  """[B] each example's own label, from labels of `xc_batch_type`."""
+  return labels if labels.shape.rank == 1 else labels[:, 0]
 
 
 def bytes_per_client(model_config: XCEncoderConfig, config: FedAwSConfig,
@@ -196,11 +205,12 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
 
 def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
                          max_features: int, seed: int = 0, bag: str = "selected",
-                         dp: Optional[ClientDP] = None, sharded: bool = False
-                         ) -> sub_model.SubModelProcess:
+                         dp: Optional[ClientDP] = None, sharded: bool = False,
+                         other_labels: int = 0) -> sub_model.SubModelProcess:
   """FedAwS, `positive_only` or `fixed_class_embeddings` as a sub-model process
   (`bag`: how clients receive the tower's embedding bag, `BAGS`; `dp`: of the
-  dense tower; `sharded`: `next` takes shards of clients)."""
+  dense tower; `sharded`: `next` takes shards of clients; `other_labels`: of
+  the batches, `xc_batch_type`; each instance is pulled to its own row only)."""
   if config.algorithm not in OWN_ALGORITHMS:
     raise ValueError(f"{config.algorithm} is FedSS's full softmax "
                      "(tasks.xc.family.algorithm_config builds it)")
@@ -210,16 +220,17 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
     (feature_ids, feature_values), labels = batch
     embeddings = xc_encoder.tower_forward(tower, feature_ids, feature_values,
                                             model_config.residual)
-    return positive_hinge_loss(embeddings, rows, positions_in(labels, keys),
+    return positive_hinge_loss(embeddings, rows, positions_in(own_labels(labels), keys),
                                config.hinge_margin)
 
   initial_table = xc_encoder.initial_class_table(model_config, seed)
   return sub_model.build_sub_model_process(sub_model.SubModelSpec(
       initial_tower=xc_encoder.initial_tower_weights(model_config, seed),
       initial_table=initial_table,
-      batch_type=xc_batch_type(max_features),
+      batch_type=xc_batch_type(max_features, other_labels),
       num_keys=config.rows_per_client,
-      client_keys=lambda examples, _: client_keys(examples[1], config.rows_per_client),
+      client_keys=lambda examples, _: client_keys(own_labels(examples[1]),
+                                                  config.rows_per_client),
       loss=loss,
       client_learning_rate=config.client_learning_rate,
       server_optimizer=config.server_optimizer,

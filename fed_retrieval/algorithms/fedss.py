@@ -206,8 +206,11 @@ def skip_excluded(ranks: tf.Tensor, excluded: tf.Tensor) -> tf.Tensor:
 
 def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tensor,
                    is_real: tf.Tensor, config: FedSSConfig, scale: float,
-                   num_classes: int) -> tf.Tensor:
-  """The config's softmax over the candidate rows, logits scale * cosine."""
+                   num_classes: int, is_other_label: Optional[tf.Tensor] = None
+                   ) -> tf.Tensor:
+  """The config's softmax over the candidate rows, logits scale * cosine;
+  `is_other_label` [B, K]: keys that are other labels of an example's point,
+  never its negatives."""
   slots = config.positives_per_client
   if config.algorithm == "full_softmax":
     is_positive, is_negative = is_real, tf.zeros_like(is_real)
@@ -218,6 +221,8 @@ def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tens
   logits = scale * tf.matmul(queries, scoring.l2_normalize(rows), transpose_b=True)
   mask = sampled_softmax.candidate_mask(label_positions, is_positive, is_negative,
                                         config.candidate_set)
+  if is_other_label is not None:
+    mask &= ~is_other_label
   log_q = None
   if config.log_q and config.algorithm == "fedss":
     log_q = sampled_softmax.log_q_correction(
@@ -242,33 +247,40 @@ def bytes_per_client(tower_shapes, num_classes: int, dim: int, config: FedSSConf
 
 def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
                      max_features: int, seed: int = 0, bag: str = "selected",
-                     dp: Optional[ClientDP] = None, sharded: bool = False
-                     ) -> sub_model.SubModelProcess:
+                     dp: Optional[ClientDP] = None, sharded: bool = False,
+                     other_labels: int = 0) -> sub_model.SubModelProcess:
   """FedSS or a baseline on the XC classifier (tower + class table); `bag`:
   how clients receive the tower's embedding bag (full softmax: whole); `dp`:
   of the dense tower (full softmax: of the whole model); `sharded`: `next`
-  takes shards of clients."""
+  takes shards of clients; `other_labels`: of the batches
+  (`fedaws.xc_batch_type`): a key that is another label of an example's point
+  is left out of its softmax, as paper 003's single-label data never needs."""
   num_classes = model_config.num_labels
   config = config.for_classes(num_classes)
   config.check_classes(num_classes)
   selected = fedaws.selected_bag(bag)
 
   def client_keys(examples, round_seed):
-    return sample_key_set(examples[1], config.positives_per_client,
+    return sample_key_set(fedaws.own_labels(examples[1]), config.positives_per_client,
                           num_classes, config.negatives, round_seed)
 
   def loss(tower, rows, keys, is_real, batch):
     (feature_ids, feature_values), labels = batch
     embeddings = xc_encoder.tower_forward(tower, feature_ids, feature_values,
                                             model_config.residual)
-    return candidate_loss(embeddings, rows, fedaws.positions_in(labels, keys), is_real,
-                          config, model_config.logit_scale, num_classes)
+    is_other_label = None
+    if labels.shape.rank == 2:  # [B, K]: a key among the point's other labels.
+      is_other_label = tf.reduce_any(
+          tf.equal(labels[:, 1:, None], keys[None, None, :]), axis=1)
+    return candidate_loss(embeddings, rows,
+                          fedaws.positions_in(fedaws.own_labels(labels), keys), is_real,
+                          config, model_config.logit_scale, num_classes, is_other_label)
 
   return _build_process(
       config, seed, num_classes, client_keys, loss,
       initial_tower=xc_encoder.initial_tower_weights(model_config, seed),
       initial_table=xc_encoder.initial_class_table(model_config, seed),
-      batch_type=fedaws.xc_batch_type(max_features),
+      batch_type=fedaws.xc_batch_type(max_features, other_labels),
       bag=None if config.algorithm == "full_softmax" else selected, dp=dp,
       sharded=sharded)
 

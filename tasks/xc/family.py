@@ -95,8 +95,10 @@ def build_process(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
   sharded = fedavg.shards_of(settings.loop, settings.dp) > 0
   build = (fedss.build_xc_process if isinstance(config, FedSSConfig)
            else fedaws.build_fedaws_process)
+  labels = task.clients.labels
   return build(model_config, config, task.feature_width, settings.loop.seed,
-               settings.bag, dp, sharded)
+               settings.bag, dp, sharded,
+               other_labels=labels.shape[1] - 1 if labels.ndim == 2 else 0)
 
 
 def round_bytes(task: XCTask, model_config: xc_encoder.XCEncoderConfig,
@@ -195,7 +197,16 @@ def federated_job(task: XCTask, settings: XCSettings, algorithm: str
       client_shards=fedavg.shards_of(settings.loop, settings.dp), dp=settings.dp,
       central=federated_loop.CentralModel(
           lambda: xc_encoder.build_xc_classifier(model_config, settings.loop.seed),
-          tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)))
+          _own_label_crossentropy(task)))
+
+
+def _own_label_crossentropy(task: XCTask):
+  """Softmax cross-entropy of each client example's own label (the first
+  column where the clients' labels carry their other held labels)."""
+  crossentropy = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  if task.clients.labels.ndim == 1:
+    return crossentropy
+  return lambda labels, logits: crossentropy(labels[:, 0], logits)
 
 
 def reference_examples(task: XCTask, label_assignment: str

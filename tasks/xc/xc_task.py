@@ -291,16 +291,46 @@ def _feature_matrix(points: PaddedPoints) -> scipy.sparse.csr_matrix:
       shape=(len(points), int(points.feature_ids.max(initial=0)) + 1))
 
 
+def other_held_labels(label_sets: Sequence[np.ndarray], example_points: np.ndarray,
+                      example_labels: np.ndarray,
+                      client_examples: Dict[Any, np.ndarray]) -> np.ndarray:
+  """[examples, W] int32: each example's other labels that its client also
+  holds (labels of its point besides its own), padded with -1; W is the most
+  any example has (0 where each client holds one label). A client knows these
+  as labels of its own data, so they are never its negatives for the example."""
+  others: Dict[int, np.ndarray] = {}
+  for rows in client_examples.values():
+    held = np.unique(example_labels[rows])
+    if len(held) < 2:
+      continue
+    for row in rows:
+      labels = label_sets[example_points[row]]
+      other = labels[np.isin(labels, held) & (labels != example_labels[row])]
+      if len(other):
+        others[int(row)] = other
+  width = max((len(o) for o in others.values()), default=0)
+  table = np.full((len(example_labels), width), -1, np.int32)
+  for row, other in others.items():
+    table[row, :len(other)] = other
+  return table
+
+
 def _clients(config: XCTaskConfig, train: PaddedPoints, example_points: np.ndarray,
              example_labels: np.ndarray) -> ClientDatasets:
+  """The clients' examples: labels [N] where each client holds one label, else
+  [N, 1 + W], the example's label then its other held labels
+  (`other_held_labels`)."""
   clients = partitions.partition_points(
       example_labels, config.partition, config.seed, config.labels_per_client,
       config.num_clients, config.dirichlet_alpha, train.label_sets,
       _feature_matrix(train) if config.partition == "confusable_labels" else None)
+  labels = example_labels.astype(np.int32)
+  others = other_held_labels(train.label_sets, example_points, example_labels, clients)
+  if others.shape[1]:
+    labels = np.concatenate([labels[:, None], others], axis=1)
   return ClientDatasets((train.feature_ids[example_points],
                          train.feature_values[example_points]),
-                        example_labels.astype(np.int32),
-                        {str(c): p for c, p in clients.items()})
+                        labels, {str(c): p for c, p in clients.items()})
 
 
 def _disjoint_class_task(config: XCTaskConfig, train_data: xc_io.XCData,
@@ -332,10 +362,12 @@ def _disjoint_class_task(config: XCTaskConfig, train_data: xc_io.XCData,
 
 def fingerprint(task: XCTask, points: Optional[np.ndarray] = None,
                 labels: Optional[np.ndarray] = None) -> str:
-  """A short hash of training examples (default: the clients') and the
-  features (for run configs)."""
+  """A short hash of training examples (default: the clients', with their
+  other held labels where clients hold several) and the features (for run
+  configs)."""
   points = task.example_points if points is None else points
-  labels = task.example_labels if labels is None else labels
+  if labels is None:
+    labels = task.example_labels if task.clients.labels.ndim == 1 else task.clients.labels
   digest = hashlib.sha256(np.ascontiguousarray(labels).tobytes())
   digest.update(np.ascontiguousarray(points).tobytes())
   digest.update(task.train.feature_ids.tobytes())
