@@ -136,7 +136,7 @@ def with_gaps(rows: List[Row], metric: str, relative: bool) -> List[Row]:
   return rows
 
 
-def _number(row: Row, key: str, sign: str = "") -> str:
+def number(row: Row, key: str, sign: str = "") -> str:
   """'55.96' or '55.96 ± 1.11' (percent), '' where the row has none."""
   empty = lambda v: v is None or v == "" or (isinstance(v, float) and math.isnan(v))
   value, error = row.get(key), row.get(f"{key}_se")
@@ -179,9 +179,9 @@ def markdown_table(rows: Sequence[Row], columns: Sequence[Sequence[str]], metric
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for row in rows:
     cells = ([row["group"]] if grouped else []) + [row["run"]] + [
-        _number(row, key) for key, _ in columns]
+        number(row, key) for key, _ in columns]
     if gaps:
-      cells += [_number(row, key, "" if relative else "+") for key in GAPS]
+      cells += [number(row, key, "" if relative else "+") for key in GAPS]
     cells += [trained_on(row),
               "" if row.get("bytes_down_per_client") in (None, "") else
               f"{communication.megabytes(row['bytes_down_per_client'])} / "
