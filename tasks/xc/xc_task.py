@@ -297,21 +297,26 @@ def other_held_labels(label_sets: Sequence[np.ndarray], example_points: np.ndarr
   """[examples, W] int32: each example's other labels that its client also
   holds (labels of its point besides its own), padded with -1; W is the most
   any example has (0 where each client holds one label). A client knows these
-  as labels of its own data, so they are never its negatives for the example."""
-  others: Dict[int, np.ndarray] = {}
-  for rows in client_examples.values():
-    held = np.unique(example_labels[rows])
-    if len(held) < 2:
-      continue
-    for row in rows:
-      labels = label_sets[example_points[row]]
-      other = labels[np.isin(labels, held) & (labels != example_labels[row])]
-      if len(other):
-        others[int(row)] = other
-  width = max((len(o) for o in others.values()), default=0)
-  table = np.full((len(example_labels), width), -1, np.int32)
-  for row, other in others.items():
-    table[row, :len(other)] = other
+  as labels of its own data, so they are never its negatives for the example.
+  Vectorized over the (example, point label) pairs."""
+  num_examples = len(example_labels)
+  client_of = np.zeros(num_examples, np.int64)
+  for index, rows in enumerate(client_examples.values()):
+    client_of[rows] = index
+  num_labels = int(max(example_labels.max(initial=0),
+                       max((int(l.max(initial=0)) for l in label_sets), default=0))) + 1
+  held = np.unique(client_of * num_labels + example_labels)  # (client, label) keys.
+  sizes = np.array([len(label_sets[p]) for p in example_points], np.int64)
+  example = np.repeat(np.arange(num_examples), sizes)
+  label = (np.concatenate([label_sets[p] for p in example_points]).astype(np.int64)
+           if num_examples else np.zeros(0, np.int64))
+  keep = (label != example_labels[example]) & np.isin(
+      client_of[example] * num_labels + label, held)
+  example, label = example[keep], label[keep]
+  counts = np.bincount(example, minlength=num_examples)
+  table = np.full((num_examples, int(counts.max(initial=0))), -1, np.int32)
+  slot = np.arange(len(example)) - np.repeat(np.cumsum(counts) - counts, counts)
+  table[example, slot] = label
   return table
 
 
