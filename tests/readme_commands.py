@@ -61,8 +61,14 @@ def commands_in_markdown(text: str, name: str = "README.md") -> List[Command]:
 
 
 def commands_in_makefile(text: str, name: str = "Makefile") -> List[Command]:
-  """Every script command of a Makefile's recipes (`$(PY) -m scripts.NAME`)."""
+  """Every script command of a Makefile's recipes (`$(PY) -m scripts.NAME`),
+  the Makefile's own variables (`NAME ?= value`, `NAME = value`) expanded to
+  their defaults."""
   text = text.replace("$(PY) -m", "python -m")
+  variables = dict(re.findall(r"^([A-Z_]+) *\??= *(.*)$", text, flags=re.M))
+  for _ in range(len(variables)):  # Values that name other variables.
+    text = re.sub(r"\$\(([A-Z_]+)\)",
+                  lambda m: variables.get(m.group(1), m.group(0)), text)
   return commands_in_markdown("```\n" + text + "\n```", name)
 
 

@@ -37,6 +37,20 @@ def test_commands_are_found_in_code_blocks_and_inline_code():
   assert readme_commands.make_targets_named(text) == ["demo"]
 
 
+def test_makefile_variables_are_expanded_to_their_defaults():
+  text = "\n".join([
+      "SET ?= bibtex",
+      "FILES = --xc_train_path=$(SET).txt",
+      "PARTITION ?= k_labels_per_client",
+      "compare:",
+      "\t$(PY) -m scripts.compare $(FILES) --partition=$(PARTITION) \\",
+      "\t    --output_dir=runs/$(PARTITION)",
+  ])
+  [command] = readme_commands.commands_in_makefile(text)
+  assert command.args == ["--xc_train_path=bibtex.txt", "--partition=k_labels_per_client",
+                          "--output_dir=runs/k_labels_per_client"]
+
+
 def test_the_readme_shows_every_script():
   shown = {command.script for command in _COMMANDS}
   scripts = {name[:-3] for name in os.listdir(os.path.join(ROOT, "scripts"))
