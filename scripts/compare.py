@@ -54,6 +54,8 @@ def _seeds() -> List[int]:
     raise ValueError(f"--seeds: integers, got {','.join(_SEEDS.value)}") from None
   if len(set(seeds)) != len(seeds):
     raise ValueError(f"--seeds: each seed once, got {','.join(_SEEDS.value)}")
+  if seeds and flags.FLAGS[run_flags.SEED.name].present:
+    raise ValueError("--seeds runs the comparison at each of its seeds; drop --seed")
   return seeds
 
 

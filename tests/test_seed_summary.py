@@ -78,6 +78,10 @@ def test_compare_over_seeds_runs_each_seed_and_summarizes(tmp_path):
   assert alone.returncode == 0, alone.stderr[-3000:]
   with open(os.path.join(tmp_path, "alone", "results.csv")) as f:
     assert {r["run"]: float(r[METRIC]) for r in csv.DictReader(f)} == per_seed[1]
-  bad = run_module(*flags, "--seeds=0,x", f"--output_dir={tmp_path}/bad")
-  assert bad.returncode == 2 and bad.stderr.strip().endswith(
-      "error: --seeds: integers, got 0,x")
+  for bad_flags, message in ((["--seeds=0,x"], "--seeds: integers, got 0,x"),
+                             (["--seeds=0,0"], "--seeds: each seed once, got 0,0"),
+                             (["--seeds=0,1", "--seed=2"],
+                              "--seeds runs the comparison at each of its seeds; drop --seed")):
+    bad = run_module(*flags, *bad_flags, f"--output_dir={tmp_path}/bad")
+    assert bad.returncode == 2 and bad.stderr.strip().endswith(f"error: {message}")
+    assert not os.path.exists(tmp_path / "bad")
