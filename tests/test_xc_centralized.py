@@ -98,3 +98,20 @@ def test_a_comparison_adds_the_all_labels_reference_of_each_other_tower(changes,
                                  **changes)
   [group] = xc_family.XCFamily().comparison(settings)
   assert [run.name for run in group.centralized] == expected
+
+
+def test_the_pooled_clients_loss_reads_each_examples_own_label():
+  """The throughput benchmark's central contrast trains on the clients'
+  pooled examples: with other held labels beside each label, its loss is the
+  cross-entropy of the first column alone."""
+  task = xc_task.build_xc_task(xc_task.XCTaskConfig(
+      synthetic="xc_tiny", partition="k_labels_per_client", labels_per_client=4))
+  labels = task.clients.labels
+  assert labels.ndim == 2 and (labels[:, 1:] >= 0).any()
+  settings = XCSettings(task.config, algorithm="fedss")
+  loss = xc_family.federated_job(task, settings, "fedss").central.loss
+  logits = tf.random.stateless_normal([len(labels), task.num_labels], seed=[1, 2])
+  expected = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)(
+      labels[:, 0], logits)
+  np.testing.assert_allclose(loss(tf.constant(labels), logits).numpy(), expected.numpy(),
+                             rtol=1e-6)
