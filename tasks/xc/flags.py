@@ -127,5 +127,5 @@ def settings_from_flags() -> XCSettings:
           min_improvement_se=loop.min_improvement_se, smoothing=loop.smoothing,
           seed=loop.seed),
       references=CENTRALIZED_REFERENCES.value,
-      reference_architectures=tuple(XC_REFERENCE_ARCHITECTURES.value), index=index_flags.INDEX.value,
-      index_recall=index_flags.INDEX_RECALL.value)
+      reference_architectures=tuple(XC_REFERENCE_ARCHITECTURES.value),
+      index=index_flags.INDEX.value, index_recall=index_flags.INDEX_RECALL.value)

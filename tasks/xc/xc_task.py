@@ -322,9 +322,9 @@ def other_held_labels(label_sets: Sequence[np.ndarray], example_points: np.ndarr
 
 def _clients(config: XCTaskConfig, train: PaddedPoints, example_points: np.ndarray,
              example_labels: np.ndarray) -> ClientDatasets:
-  """The clients' examples: labels [N] where each client holds one label, else
-  [N, 1 + W], the example's label then its other held labels
-  (`other_held_labels`)."""
+  """The clients' examples: labels [N, 1 + W], the example's label then its
+  other held labels (`other_held_labels`), or [N] where no example has one
+  (one label a client)."""
   clients = partitions.partition_points(
       example_labels, config.partition, config.seed, config.labels_per_client,
       config.num_clients, config.dirichlet_alpha, train.label_sets,
