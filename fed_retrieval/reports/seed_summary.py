@@ -2,7 +2,7 @@
 
 A run's test metric moves with its seed (initialization, client sampling,
 negatives drawn) by more than its standard error over the test units shows: on
-Delicious a federated run's P@1 spans 5-6 points over seeds 0-2 where that
+Delicious a federated run's P@1 spans 4-7 points over seeds 0-2 where that
 error is 1. So `scripts.compare --seeds` runs the whole comparison once per
 seed (`seed_<s>/`, each a comparison of its own) and this module gives each
 run its headline and its gaps to the references as the mean over the seeds
@@ -71,7 +71,7 @@ def markdown_table(rows: Sequence[Row], metric: str, seeds: Sequence[int],
   for row in rows:
     cells = ([row["group"]] if grouped else []) + [
         row["run"], comparison.number(row, metric)] + [
-        comparison.number({"v": row.get(f"{metric}_seed{s}")}, "v") for s in seeds]
+        comparison.number(row, f"{metric}_seed{s}") for s in seeds]
     if gaps:
       cells += [comparison.number(row, key, "" if relative else "+")
                 for key in comparison.GAPS]

@@ -184,10 +184,16 @@ class XCTask:
       return self.example_points, self.example_labels
     return _examples(self.train.label_sets, label_assignment, self.config.seed)
 
+  def examples_with_other_held_labels(self) -> int:
+    """Client examples whose point carries another label its client holds."""
+    labels = self.clients.labels
+    return 0 if labels.ndim == 1 else int(np.sum(np.any(labels[:, 1:] >= 0, axis=1)))
+
   def summary(self) -> Dict[str, Any]:
     sizes = np.array([self.clients.num_examples(c) for c in self.clients.client_ids])
     return {"labels": self.num_labels, "features": self.num_features,
             "train_points": len(self.train), "train_examples": len(self.example_labels),
+            "examples_with_other_held_labels": self.examples_with_other_held_labels(),
             "clients": len(sizes), "median_examples_per_client": float(np.median(sizes)),
             "validation_points": len(self.validation), "test_points": len(self.test),
             "unlabeled_points_left_out": self.dropped_unlabeled,
