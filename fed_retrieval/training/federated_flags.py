@@ -57,6 +57,9 @@ MAX_PASSES = flags.DEFINE_float(
 MIN_PASSES = flags.DEFINE_float(
     "min_passes", None, "The minimum budget in passes (expected visits per client): "
     f"the stopping rule ends no run before it {_family_defaults('min_passes')}.")
+MIN_ROUNDS = flags.DEFINE_integer(
+    "min_rounds", None, "The minimum budget in rounds: the stopping rule ends no "
+    f"run before it either {_family_defaults('min_rounds')}.")
 CLIENTS_PER_ROUND = flags.DEFINE_integer(
     "clients_per_round", None,
     "Clients sampled per round; with --clients_fraction, the most a round holds "
@@ -211,7 +214,7 @@ SPREADOUT_SEARCH = flags.DEFINE_enum(
 # What --help lists (`scripts.cli.run(help_groups=...)`): (title, the --task
 # it serves or None for all, flags).
 LOOP_FLAGS = ("Federated training", None, (
-    ALGORITHM, ALGORITHMS, ROUNDS, MAX_PASSES, MIN_PASSES, CLIENTS_PER_ROUND, CLIENTS_FRACTION,
+    ALGORITHM, ALGORITHMS, ROUNDS, MAX_PASSES, MIN_PASSES, MIN_ROUNDS, CLIENTS_PER_ROUND, CLIENTS_FRACTION,
     CLIENT_SAMPLING, CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS, CLIENT_LEARNING_RATE,
     SERVER_OPTIMIZER, SERVER_LEARNING_RATE, EVAL_EVERY, CHECKPOINT_EVERY, PATIENCE,
     MIN_IMPROVEMENT_SE, SMOOTHING, MAX_WORKER_RESTARTS, WORKERS, TRUSTED_NETWORK))
@@ -242,7 +245,7 @@ def loop_from_flags(defaults: LoopConfig) -> LoopConfig:
   """The family's loop (`defaults`) with the loop flags given; --max_local_steps
   0 means no cap."""
   changes = _given_fields(defaults, (
-      ROUNDS, MAX_PASSES, MIN_PASSES, CLIENTS_PER_ROUND, CLIENTS_FRACTION,
+      ROUNDS, MAX_PASSES, MIN_PASSES, MIN_ROUNDS, CLIENTS_PER_ROUND, CLIENTS_FRACTION,
       CLIENT_SAMPLING, CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS, BATCH_SIZE,
       EVAL_EVERY, CHECKPOINT_EVERY, PATIENCE, MIN_IMPROVEMENT_SE, SMOOTHING, SEED))
   if changes.get("max_local_steps") == 0:
