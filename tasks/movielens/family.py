@@ -242,13 +242,15 @@ def with_federated_schedule(settings: MovieLensSettings, task: MovieLensTask
   """A comparison's centralized runs on the federated runs' clock, where not
   set: an evaluation every as many examples as `eval_every` federated rounds
   train on (so patience means as many examples in both settings), no stop
-  before as many examples as the federated minimum budget, a cap of as many
-  examples as the federated cap, and the loop's stopping rule."""
+  before as many examples as the federated minimum in passes (the minimum in
+  rounds is about server steps, which a centralized run has none of), a cap
+  of as many examples as the federated cap, and the loop's stopping rule."""
   loop = settings.loop.for_clients(task.federated_train.num_users)
   centralized = settings.centralized
   per_round = federated_examples_per_round(task, settings)
   steps = lambda rounds: max(1, round(rounds * per_round / loop.batch_size))
-  cap, minimum = loop.round_budget(task.federated_train.num_users)
+  cap, minimum = dataclasses.replace(loop, min_rounds=0).round_budget(
+      task.federated_train.num_users)
   changes = dict(batch_size=loop.batch_size, patience=loop.patience,
                  min_improvement_se=loop.min_improvement_se, smoothing=loop.smoothing,
                  seed=loop.seed)
