@@ -71,7 +71,7 @@ def test_early_stopping_reports_the_best_round_and_resumes_stopped(
   record of the curve, and reports round 2's model."""
   task = small_task(cache_dir)
   config = dict(rounds=20, clients_per_round=5, eval_every=2, checkpoint_every=4,
-                min_passes=0.0, patience=2, min_improvement_se=1e9)
+                min_passes=0.0, min_rounds=0, patience=2, min_improvement_se=1e9)
   results = train_movielens(task, str(tmp_path), "global_softmax", **config)
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
     rows = list(csv.DictReader(f))
