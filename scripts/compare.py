@@ -2,8 +2,7 @@ r"""The main job: a task family's federated runs beside centralized references
 and a trivial baseline, every run converged.
 
   python -m scripts.compare --synthetic=ml1m --output_dir=runs/compare \
-      [--losses=batch_softmax,hinge_spreadout] [--include_shuffled] [--include_fedsgd] \
-      [--noise_multipliers=0.5,1.0] [--algorithms=fedss,full_softmax] [--seeds=0,1,2]
+      [--losses=batch_softmax,hinge_spreadout] [--include_fedsgd] [--seeds=0,1,2]
   python -m scripts.compare --task=xc --xc_train_path=TRAIN.txt \
       --xc_test_path=TEST.txt --output_dir=runs/xc [--partition=k_labels_per_client \
       --algorithms=fedss,neg_only,pos_only,full_softmax]

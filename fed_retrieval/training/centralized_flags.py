@@ -30,7 +30,7 @@ CENTRALIZED_EVAL_EVERY_STEPS = flags.DEFINE_integer(
 CENTRALIZED_MIN_PASSES = flags.DEFINE_float(
     "centralized_min_passes", None,
     "The stopping rule ends no centralized run before this many passes (default: "
-    "MovieLens as many examples as the federated minimum; XC 5).")
+    "MovieLens as many examples as the federated minimum in passes; XC 5).")
 CENTRALIZED_JIT_COMPILE = flags.DEFINE_bool(
     "centralized_jit_compile", None,
     "Compile the centralized runs' training step with XLA (default: MovieLens for "
