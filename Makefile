@@ -22,7 +22,7 @@ $(STAMP): requirements.txt requirements-tff.txt
 	$(PY) -c "import tensorflow_federated, tensorflow_recommenders"
 	touch $(STAMP)
 
-# The first run (< 5 min): the converged comparison (patience 3) of batch and global softmax
+# The first run (about 7 min): the converged comparison (patience 3) of batch and global softmax
 # on the ml1m preset, keeping each user's 32 most recent examples.
 demo: $(STAMP)
 	$(PY) -m scripts.compare --synthetic=ml1m --max_examples_per_user=32 \
