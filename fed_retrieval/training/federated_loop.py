@@ -11,8 +11,8 @@ Convergence: the run stops when the job's monitored validation metric
 (MovieLens: recall@max(k); XC: precision@1) has not improved beyond its noise
 for `patience` evaluations (`early_stopping.StoppingRule`, kept by
 `validation_curve`), but not before `min_passes` expected visits per client
-and `min_rounds` rounds, or at its cap (`rounds`, or `max_passes` visits); it reports and exports the
-model of the best evaluation. With `patience` 0 it trains the whole cap and
+and `min_rounds` rounds, or at its cap (`rounds`, or `max_passes` visits); it
+reports and exports the model of the best evaluation. With `patience` 0 it trains the whole cap and
 reports the final model.
 
 A TFF call trains the rounds up to the next evaluation or checkpoint
