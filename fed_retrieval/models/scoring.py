@@ -36,7 +36,7 @@ def candidate_scores(queries: tf.Tensor, table: tf.Tensor,
   return tf.einsum("bd,bkd->bk", queries, candidates)
 
 
-@tf.function(reduce_retracing=True)
+@tf.function(reduce_retracing=True, autograph=False)
 def chunked_top_k(queries: tf.Tensor, table: tf.Tensor, k: int,
                   max_scores_in_memory: int = 2 ** 25
                   ) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -58,8 +58,11 @@ def chunked_top_k(queries: tf.Tensor, table: tf.Tensor, k: int,
 
   values = tf.TensorArray(table.dtype, size=num_chunks, infer_shape=False)
   indices = tf.TensorArray(tf.int32, size=num_chunks, infer_shape=False)
-  for i in tf.range(num_chunks):
+
+  def add_block(i, values, indices):
     top = block(i)
-    values = values.write(i, top.values)
-    indices = indices.write(i, top.indices)
+    return i + 1, values.write(i, top.values), indices.write(i, top.indices)
+
+  _, values, indices = tf.while_loop(lambda i, values, indices: i < num_chunks, add_block,
+                                     (tf.constant(0), values, indices))
   return tf.reshape(values.concat(), [-1, k]), tf.reshape(indices.concat(), [-1, k])

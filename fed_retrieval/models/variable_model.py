@@ -67,11 +67,11 @@ class KerasVariableModel(tff.learning.models.VariableModel):
   def input_spec(self):
     return self._input_spec
 
-  @tf.function
+  @tf.function(autograph=False)
   def predict_on_batch(self, x, training=True):
     return self._keras_model(x, training=training)
 
-  @tf.function
+  @tf.function(autograph=False)
   def forward_pass(self, batch_input, training=True):
     x, y = batch_input
     predictions = self._keras_model(x, training=training)
@@ -86,7 +86,7 @@ class KerasVariableModel(tff.learning.models.VariableModel):
         loss=loss, predictions=predictions,
         num_examples=tf.shape(tf.nest.flatten(x)[0])[0])
 
-  @tf.function
+  @tf.function(autograph=False)
   def report_local_unfinalized_metrics(self) -> OrderedDict[str, list]:
     return collections.OrderedDict(
         (metric.name, [v.read_value() for v in metric.variables])
@@ -97,7 +97,7 @@ class KerasVariableModel(tff.learning.models.VariableModel):
         (name, tff.learning.metrics.create_keras_metric_finalizer(constructor))
         for name, constructor in self._finalized_from.items())
 
-  @tf.function
+  @tf.function(autograph=False)
   def reset_metrics(self):
     for metric in self._metrics:
       metric.reset_state()
