@@ -313,7 +313,12 @@ def centralized_arrays(examples: Examples, positives_as_input: bool = False):
   return _inputs(examples, positives_as_input), examples.labels.astype(np.int32)
 
 
-def centralized_dataset(examples: Examples, batch_size: int) -> tf.data.Dataset:
-  """All examples in their order as batches of (contexts, labels): what
-  evaluation scores (training shuffles `centralized_arrays` in chunks)."""
-  return shuffled_batches(centralized_arrays(examples), batch_size)
+def centralized_chunks(examples: Examples, chunk_size: int):
+  """All examples in their order as NumPy (contexts, labels) chunks of up to
+  `chunk_size`: what evaluation scores (training shuffles
+  `centralized_arrays` in chunks). Slices, not a tf.data pipeline, whose
+  build cost more than scoring a small split."""
+  inputs, labels = centralized_arrays(examples)
+  for start in range(0, len(labels), chunk_size):
+    yield (tf.nest.map_structure(lambda a: a[start:start + chunk_size], inputs),
+           labels[start:start + chunk_size])

@@ -58,9 +58,8 @@ def test_max_steps_caps_a_clients_batches_with_a_seeded_sample():
     data.training_dataset("3", 1, max_steps=0)
 
 
-def test_centralized_dataset_holds_every_example_once_in_order():
-  batches = list(client_data.centralized_dataset(make_examples(), batch_size=4)
-                 .as_numpy_iterator())
+def test_centralized_chunks_hold_every_example_once_in_order():
+  batches = list(client_data.centralized_chunks(make_examples(), chunk_size=4))
   assert [list(l) for _, l in batches] == [[10, 11, 12, 13], [14, 15]]
   for contexts, labels in batches:  # Rows stay together.
     np.testing.assert_array_equal(contexts[:, 0], 2 * (labels - 10))
