@@ -26,3 +26,10 @@ def tff_worker_environment(tff_context):
   """The environment the session's TFF worker runs with (from /proc)."""
   with open(f"/proc/{tff_context.pid}/environ", "rb") as f:
     return dict(entry.decode().split("=", 1) for entry in f.read().split(b"\0") if entry)
+
+
+def pytest_collection_modifyitems(items):
+  """Tests marked `runs_long` (script runs of 30 s and more) first, the rest
+  in their order: pytest-xdist hands tests out in this order, so the long
+  ones no longer end the session on one worker while the other idles."""
+  items.sort(key=lambda item: item.get_closest_marker("runs_long") is None)

@@ -158,6 +158,7 @@ def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
   assert CENTRALIZED_DEFAULTS.epochs is None and CENTRALIZED_DEFAULTS.min_passes is None
 
 
+@pytest.mark.runs_long
 def test_compare_script_end_to_end(tmp_path):
   """MovieLens with every control (one loss: each control is its own run of
   it); the runs stop by patience or caps, and a second comparison reuses the

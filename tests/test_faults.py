@@ -19,6 +19,8 @@ from tests.script_runs import wait_for_round
 from tests.script_runs import worker_pids
 from tests.script_runs import workers_of
 
+pytestmark = pytest.mark.runs_long  # Each test runs the script at least once.
+
 
 @pytest.fixture(scope="module")
 def cache_dir(tmp_path_factory):

@@ -105,6 +105,7 @@ def test_shuffled_control_is_its_own_setting(tff_context, cache_dir, tmp_path):
     assert json.load(f)["task"]["shuffle_across_users"] is True
 
 
+@pytest.mark.runs_long
 def test_a_finished_run_extended_to_more_rounds_equals_one_run_of_them(
     tff_context, cache_dir, tmp_path):
   task = small_task(cache_dir)

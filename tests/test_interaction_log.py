@@ -143,6 +143,7 @@ def test_item_names_of_ones_own_by_column(tmp_path):
     item_names.read_item_names(path, "sku", "title")
 
 
+@pytest.mark.runs_long
 def test_a_text_id_log_trains_evaluates_exports_and_recommends_by_its_ids(tmp_path):
   """A shop's log with its own ids: trained federatedly, evaluated, exported
   and served by those ids, with display names from its items file."""

@@ -4,6 +4,8 @@ files holding only the 10k test split, and a bad file -> one line, exit 2."""
 import csv
 import os
 
+import pytest
+
 from tests import script_runs
 from tests.image_files import write_mnist
 
@@ -15,6 +17,7 @@ def run(*args):
   return script_runs.run_module(*args)
 
 
+@pytest.mark.runs_long
 def test_compare_on_mnist_test_files_writes_the_table(tmp_path):
   write_mnist(str(tmp_path), "test", 300, suffix=".gz")
   out = tmp_path / "out"

@@ -5,6 +5,7 @@ import dataclasses
 import types
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -83,6 +84,7 @@ def test_fedavg_round_with_the_fedpu_loss_matches_hand_computation(tff_context):
   assert not np.allclose(expected, start, atol=1e-3)  # The round did move the model.
 
 
+@pytest.mark.runs_long
 def test_fedpu_beats_positive_only_without_overlap(tff_context, tmp_path):
   # Ten clients, one class each (the paper's hardest iid row), on digits.
   task = pu_task.build_pu_task(pu_task.PUTaskConfig(setting=pu_task.SETTINGS["iid_10x1"]))

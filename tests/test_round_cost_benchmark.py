@@ -50,6 +50,7 @@ def test_the_round_cost_script_reports_tree_memory_and_bytes():
   assert report["tff_clients"] == 4  # A TFF client per client.
 
 
+@pytest.mark.runs_long
 def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall():
   report = benchmark("--algorithm=fedaws", "--num_classes=300,600",
                      "--spreadout_search=approximate", "--local_workers=2")

@@ -55,6 +55,7 @@ def test_one_seed_has_no_error_and_a_missing_run_is_named():
     seed_summary.across_seeds({0: rows(0.5, 0.5, 0.5), 1: rows(0.5, 0.5, 0.5)[:2]}, METRIC)
 
 
+@pytest.mark.runs_long
 def test_compare_over_seeds_runs_each_seed_and_summarizes(tmp_path):
   flags = ["scripts.compare", "--task=xc", "--synthetic_xc=xc_tiny", "--rounds=2",
            "--clients_per_round=20", "--eval_every=1", "--patience=0", "--spreadout_k=3",

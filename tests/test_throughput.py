@@ -7,6 +7,7 @@ import pytest
 from tests.script_runs import run_module
 
 
+@pytest.mark.runs_long
 @pytest.mark.parametrize("task_flags,workloads,trials", [
     (["--synthetic=small", "--losses=batch_softmax,global_softmax",
       "--local_workers=2", "--breakdown"],

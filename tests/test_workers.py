@@ -42,6 +42,7 @@ def results_of(output_dir):
     return json.load(f)
 
 
+@pytest.mark.runs_long
 def test_three_workers_equal_one_and_a_lost_worker_resumes_identically(tmp_path):
   alone = run_script(tmp_path / "alone", tmp_path / "cache", *THREE_SHARDS)
   ports = [portpicker.pick_unused_port() for _ in range(3)]

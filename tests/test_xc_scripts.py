@@ -20,6 +20,7 @@ def run(*args, timeout=900):
   return run_module(*args, timeout=timeout)
 
 
+@pytest.mark.runs_long
 def test_compare_writes_the_table_3_analogue_from_real_format_files(tmp_path):
   train, test = synthetic_xc.generate(synthetic_xc.PRESETS["xc_tiny"])
   xc_io.write_xc_file(train, os.path.join(tmp_path, "train.txt"))
