@@ -153,9 +153,10 @@ def _shard_update_fn(model: tff.learning.models.VariableModel,
         client_examples += examples
       return (client + 1, *add_client(total_update, total_weight, carry, client_examples))
 
+    clients = tf.size(client_batches) - 1
     _, total_update, total_weight = tf.while_loop(
-        lambda client, total_update, total_weight: client < tf.size(client_batches) - 1,
-        train_client, (tf.constant(0), zeros(), tf.constant(0.0)))
+        lambda client, total_update, total_weight: client < clients, train_client,
+        (tf.constant(0), zeros(), tf.constant(0.0)))
     mean_update = tf.nest.pack_sequence_as(
         initial_weights.trainable,
         [tf.math.divide_no_nan(u, total_weight) for u in total_update])

@@ -240,8 +240,9 @@ class ClientRound:
           (client_batches[i], (tower, rows, tf.constant(0.0), tf.constant(0.0))))
       return i + 1, self._add(broadcast, totals, i, self.result(tower, rows, *state))
 
-    _, totals = tf.while_loop(lambda i, totals: i < tf.size(client_batches) - 1,
-                              train_client, (tf.constant(0), totals))
+    clients = tf.size(client_batches) - 1
+    _, totals = tf.while_loop(lambda i, totals: i < clients, train_client,
+                              (tf.constant(0), totals))
     sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
     divisors = [examples] * len(broadcast[0]) + ([table_total] if whole else [])
     shared = tf.nest.pack_sequence_as(

@@ -12,8 +12,8 @@ Convergence: the run stops when the job's monitored validation metric
 for `patience` evaluations (`early_stopping.StoppingRule`, kept by
 `validation_curve`), but not before `min_passes` expected visits per client
 and `min_rounds` rounds, or at its cap (`rounds`, or `max_passes` visits); it
-reports and exports the model of the best evaluation. With `patience` 0 it trains the whole cap and
-reports the final model.
+reports and exports the model of the best evaluation. With `patience` 0 it
+trains the whole cap and reports the final model.
 
 A TFF call trains the rounds up to the next evaluation or checkpoint
 (`round_calls.RoundCalls`): a fifth of the calls by default, the same rounds.
