@@ -139,16 +139,6 @@ class ClientDatasets:
     same examples trained centrally."""
     return self._take(np.concatenate([self._points[c] for c in self.client_ids]))
 
-  def round_bytes(self, client_ids: Sequence[str], batch_size: int, epochs: int,
-                  max_steps: Optional[int] = None) -> int:
-    """The bytes of the examples these clients train on in a round (what
-    their datasets, or their shard's `examples`, hold)."""
-    rows = [len(self._points[c]) * epochs for c in client_ids]
-    if max_steps is not None:
-      rows = [min(n, max_steps * batch_size) for n in rows]
-    row_bytes = sum(a[0].nbytes for a in tf.nest.flatten((self._inputs, self._labels)))
-    return sum(rows) * row_bytes
-
   def _rows(self, client_id: str, batch_size: int, epochs: int,
             rng: Optional[np.random.Generator], max_steps: Optional[int]) -> np.ndarray:
     """The point indices a client trains on in a round, in order: each

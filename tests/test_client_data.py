@@ -110,14 +110,3 @@ def test_a_shard_holds_its_clients_batches_in_turn_each_first_one_marked():
   (shard,) = with_positives.shard_dataset(["5"], 4, 1, [None])
   inputs, labels = shard.examples
   np.testing.assert_array_equal(inputs[1], labels)  # (context, label), label.
-
-
-def test_round_bytes_are_the_bytes_the_clients_datasets_hold():
-  data = client_data.ClientDatasets.from_examples(make_examples(), True)
-  clients = ["3", "9", "5"]
-  for epochs, max_steps in ((1, None), (2, None), (2, 1)):
-    (shard,) = data.shard_dataset(clients, 2, epochs, [None] * 3, max_steps)
-    held = sum(a.numpy().nbytes for a in tf.nest.flatten(shard.examples))
-    assert data.round_bytes(clients, 2, epochs, max_steps) == held
-  # ((context [2] + label) int32 input, int32 label): 16 bytes a row, 6 rows.
-  assert data.round_bytes(clients, 2, 1) == 6 * 16

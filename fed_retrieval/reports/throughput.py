@@ -92,7 +92,7 @@ def _workers(count: int) -> Iterator[None]:
 class FederatedRounds:
   """The workload's process on the current execution context, driven as the
   run loop drives it (`round_calls.RoundCalls`: newly sampled clients each
-  round, the rounds up to the loop's next evaluation a call): `run(rounds)`
+  round, a call each): `run(rounds)`
   trains the next rounds and says how many examples they trained and in how
   many seconds (sampling and building the rounds' datasets, as a run does,
   and the calls). The first `warmup_rounds` run untimed at construction."""
@@ -107,13 +107,12 @@ class FederatedRounds:
 
   def run(self, rounds: int) -> Tuple[int, float]:
     examples, seconds = 0, 0.0
-    last = self._next_round + rounds - 1
-    while self._next_round <= last:
+    for _ in range(rounds):
       start = time.perf_counter()
-      self._state, metrics = self._calls.next(self._state, self._next_round, last)
+      self._state, metrics = self._calls.next(self._state, self._next_round)
       seconds += time.perf_counter() - start
-      examples += sum(int(m["client_work"]["train"]["num_examples"]) for m in metrics)
-      self._next_round += len(metrics)
+      examples += int(metrics["client_work"]["train"]["num_examples"])
+      self._next_round += 1
     return examples, seconds
 
 

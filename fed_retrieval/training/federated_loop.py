@@ -15,9 +15,6 @@ and `min_rounds` rounds, or at its cap (`rounds`, or `max_passes` visits); it
 reports and exports the model of the best evaluation. With `patience` 0 it
 trains the whole cap and reports the final model.
 
-A TFF call trains the rounds up to the next evaluation or checkpoint
-(`round_calls.RoundCalls`): a fifth of the calls by default, the same rounds.
-
 Checkpoints appear whole or not at all, and an unreadable one is set aside
 (`checkpoints`). Resuming: everything random is a function of (seed, round),
 client sampling and client shuffles included, and the state is restored from
@@ -192,27 +189,25 @@ def _train(job: FederatedJob, config, output_dir: str, restarts: int,
                                  may_stop_early=bool(curve.rule.patience))
   if death is None:
     lines.say(run_directory.starting_line(output_dir, done_rounds, "round"))
-  # A call trains the rounds up to the next evaluation or checkpoint
-  # (`round_calls`): the state is here at every round that needs it.
   while trained_rounds < cap and not curve.should_stop(trained_rounds):
-    state, call_metrics = calls.next(state, trained_rounds + 1, cap)
-    for round_num, metrics in enumerate(call_metrics, trained_rounds + 1):
-      row = {**_training_metrics(metrics), **job.round_metrics, **privacy(round_num)}
-      examples_seen += int(row["train_num_examples"])
-      row["examples_seen"] = examples_seen
-      if round_num % config.eval_every == 0 or round_num == cap:
-        fedavg.assign_weights(process, state, server_model)
-        row.update({f"val_{k}": v for k, v in curve.record(
-            round_num, job.evaluate(server_model, "validation"), job.monitored,
-            server_model).items()})
-      asyncio.run(metrics_csv.release(row, key=round_num))
-      asyncio.run(tensorboard.release(row, key=round_num))
-      if (round_num % config.checkpoint_every == 0 or round_num == cap or
-          curve.should_stop(round_num)):
-        asyncio.run(state_manager.save(state, round_num))
-      lines.report(round_num, f"loss {row['train_loss']:.4f}, val {job.monitored} " +
-                   ("-" if curve.latest is None else f"{curve.latest:.4f}"))
-    trained_rounds += len(call_metrics)
+    round_num = trained_rounds + 1
+    state, metrics = calls.next(state, round_num)
+    row = {**_training_metrics(metrics), **job.round_metrics, **privacy(round_num)}
+    examples_seen += int(row["train_num_examples"])
+    row["examples_seen"] = examples_seen
+    if round_num % config.eval_every == 0 or round_num == cap:
+      fedavg.assign_weights(process, state, server_model)
+      row.update({f"val_{k}": v for k, v in curve.record(
+          round_num, job.evaluate(server_model, "validation"), job.monitored,
+          server_model).items()})
+    asyncio.run(metrics_csv.release(row, key=round_num))
+    asyncio.run(tensorboard.release(row, key=round_num))
+    if (round_num % config.checkpoint_every == 0 or round_num == cap or
+        curve.should_stop(round_num)):
+      asyncio.run(state_manager.save(state, round_num))
+    lines.report(round_num, f"loss {row['train_loss']:.4f}, val {job.monitored} " +
+                 ("-" if curve.latest is None else f"{curve.latest:.4f}"))
+    trained_rounds = round_num
   if curve.rule.patience:  # Converged: the best evaluated model.
     best_round = curve.restore_best(server_model)
   else:  # A fixed budget: the model after it.
