@@ -102,7 +102,7 @@ bazel:
 	   apt-get install -y -qq --no-install-recommends bazel-bootstrap >/dev/null)
 
 test: $(STAMP) bazel
-	$(PY) -m pytest -n $(PYTEST_WORKERS) tests
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
 
 # Examples/s of every algorithm against centralized Keras and a tight loop:
 # MovieLens BS, H+S, GS under FedAvg and FedSGD; XC FedAwS and FedSS; the PU CNN.

@@ -19,7 +19,9 @@ from tests.script_runs import wait_for_round
 from tests.script_runs import worker_pids
 from tests.script_runs import workers_of
 
-pytestmark = pytest.mark.runs_long  # Each test runs the script at least once.
+# Each test runs the script at least once; all on one pytest-xdist worker
+# (`make test` distributes by --dist loadgroup), which runs `uninterrupted` once.
+pytestmark = [pytest.mark.runs_long, pytest.mark.xdist_group("faults")]
 
 
 @pytest.fixture(scope="module")

@@ -4,17 +4,15 @@ lost mid-run, and what is refused."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import portpicker
 import pytest
 
-from tests.script_runs import ROOT
 from tests.script_runs import run_code
 from tests.script_runs import run_module
 from tests.script_runs import run_script
+from tests.script_runs import start_module
 from tests.script_runs import wait_for_round
 from tests.script_runs import workers_of
 
@@ -22,13 +20,16 @@ THREE_SHARDS = ["--client_shards=3", "--rounds=10"]
 
 
 def start_workers(*ports):
-  """One scripts.worker per port, started together, once each answers."""
-  processes = [subprocess.Popen([sys.executable, "-m", "scripts.worker", f"--port={port}"],
-                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True) for port in ports]
+  """One scripts.worker per port (forked children: `start_module`), started
+  together, once each answers."""
+  processes = [start_module("scripts.worker", f"--port={port}") for port in ports]
   for port, process in zip(ports, processes):
-    line = process.stderr.readline()
-    assert f"listening on port {port}" in line, line + process.stderr.read()
+    deadline = time.monotonic() + 120
+    while "\n" not in process.stderr.read() and process.poll() is None:
+      assert time.monotonic() < deadline, "the worker never answered"
+      time.sleep(0.05)
+    output = process.stderr.read()
+    assert f"listening on port {port}" in output.split("\n", 1)[0], output
   return processes
 
 
