@@ -30,6 +30,8 @@ def tff_worker_environment(tff_context):
 
 def pytest_collection_modifyitems(items):
   """Tests marked `runs_long` (script runs of 30 s and more) first, the rest
-  in their order: pytest-xdist hands tests out in this order, so the long
-  ones no longer end the session on one worker while the other idles."""
+  in their order. `make test` distributes with --dist loadgroup: the modules
+  marked `xdist_group` go whole to one worker (their module fixtures made
+  once), largest first, then the other tests one by one in this order, so the
+  long ones never end the session on one worker while the other idles."""
   items.sort(key=lambda item: item.get_closest_marker("runs_long") is None)

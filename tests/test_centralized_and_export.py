@@ -17,6 +17,9 @@ from tests.configs import train_movielens_centrally
 from tasks.movielens.item_vocabulary import ItemVocabulary
 from tests.script_runs import run_module
 
+# One pytest-xdist worker (`make test`'s --dist loadgroup) trains `trained_run`.
+pytestmark = pytest.mark.xdist_group("centralized_and_export")
+
 
 @pytest.fixture(scope="module")
 def small_task(tmp_path_factory):

@@ -17,6 +17,9 @@ from tasks.movielens.item_vocabulary import ItemVocabulary
 from tests.configs import train_movielens_centrally
 from tests.script_runs import run_module
 
+# One pytest-xdist worker (`make test`'s --dist loadgroup) makes `sparse_run`.
+pytestmark = pytest.mark.xdist_group("item_vocabulary")
+
 # Sparse movie ids, as in ml-latest-small (9,724 movies, ids up to 193,609).
 MOVIE_IDS = np.array([3, 50, 51, 700, 1_000, 5_000, 20_000, 70_000, 150_000, 193_609])
 

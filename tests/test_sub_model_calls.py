@@ -18,6 +18,9 @@ from tasks.xc import family as xc_family
 from tasks.xc import xc_task
 from tests.configs import xc_settings_of
 
+# One pytest-xdist worker (`make test`'s --dist loadgroup) makes `three_workers`.
+pytestmark = pytest.mark.xdist_group("sub_model_calls")
+
 
 @pytest.mark.parametrize("sizes,most,calls", [
     ([1] * 5, 2, [(0, 2), (2, 4), (4, 5)]),
