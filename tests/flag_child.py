@@ -2,21 +2,22 @@
 
 absl's flags are global, so a test must not parse a script's flags in its
 own process; a new process per parse paid TensorFlow's import (~6 s) every
-time. `FlagChild(resolver)` starts one child that, for each argv sent, resets
-the flags, parses the argv and answers what `resolver` ("module:function",
-called with no arguments after the parse) returns as JSON, or
-`{"error": message}` when the flags or the resolver refuse the argv. The
-child ends when its parent closes it or dies (end of its stdin).
+time. `FlagChild(resolver)` starts one child, forked from the script server
+that imported the libraries (`tests.script_server`), that for each argv sent
+resets the flags, parses the argv and answers what `resolver`
+("module:function", called with no arguments after the parse) returns as
+JSON, or `{"error": message}` when the flags or the resolver refuse the
+argv. The child ends when its parent closes it (end of its stdin) or with
+the test process.
 """
 
 import atexit
 import importlib
 import json
-import subprocess
 import sys
 from typing import Any, Dict
 
-from tests.script_runs import ROOT
+from tests import script_runs
 
 
 class FlagChild:
@@ -28,21 +29,21 @@ class FlagChild:
 
   def __call__(self, *argv: str) -> Dict[str, Any]:
     if self._process is None or self._process.poll() is not None:
-      self._process = subprocess.Popen(
-          [sys.executable, "-m", "tests.flag_child", self._resolver], cwd=ROOT,
-          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+      self._process = script_runs.start_module("tests.flag_child", self._resolver,
+                                               pipes=True)
       atexit.register(self.close)
-    self._process.stdin.write(json.dumps(list(argv)) + "\n")
-    self._process.stdin.flush()
-    line = self._process.stdout.readline()
+    self._process.pipe_in.write(json.dumps(list(argv)) + "\n")
+    self._process.pipe_in.flush()
+    line = self._process.pipe_out.readline()
     if not line:
       raise RuntimeError(f"{self._resolver}: the flag child ended on {argv}")
     return json.loads(line)
 
   def close(self) -> None:
     if self._process is not None:
-      self._process.stdin.close()
+      self._process.pipe_in.close()
       self._process.wait(timeout=60)
+      self._process.pipe_out.close()
       self._process = None
 
 

@@ -169,11 +169,15 @@ def _become(request: dict) -> None:
 class ForkedProcess:
   """A child the server forked: what the tests use of `subprocess.Popen`
   (`pid`, `poll`, `wait`, `communicate`, signals, `stdout`/`stderr` read once
-  it ended); its output is captured in files under `scratch`."""
+  it ended); its output is captured in files under `scratch`. A child started
+  with `pipes` has `pipe_in` and `pipe_out` (text files) in place of its
+  stdin and stdout, for a conversation with it."""
 
   def __init__(self, server: "ScriptServer", pid: int, args: list, scratch: str):
     self.pid, self.args, self._server, self._scratch = pid, args, server, scratch
     self.returncode: Optional[int] = None
+    self.pipe_in: Optional[io.TextIOBase] = None
+    self.pipe_out: Optional[io.TextIOBase] = None
 
   def _output(self, name: str) -> str:
     with open(os.path.join(self._scratch, name), errors="replace") as f:
@@ -259,14 +263,20 @@ class ScriptServer:
   def start(self, args: Sequence[str], module: Optional[str] = None,
             code: Optional[str] = None, cwd: str = ROOT,
             env: Optional[Dict[str, Optional[str]]] = None,
-            input: str = "") -> ForkedProcess:  # pylint: disable=redefined-builtin
+            input: str = "",  # pylint: disable=redefined-builtin
+            pipes: bool = False) -> ForkedProcess:
     """Starts `module` (or `code`) with `args` in a forked child reading `input`;
-    `env` entries set (a None value unsets) variables of its os.environ."""
+    `env` entries set (a None value unsets) variables of its os.environ;
+    `pipes`: its stdin and stdout are pipes (named: the child opens them as
+    files) to the handle's `pipe_in` and `pipe_out`, and `input` is unused."""
     server = self._server()
     self._count += 1
     scratch = os.path.join(self._scratch.name, str(self._count))
     os.makedirs(scratch)
     for name, text in (("stdin", input), ("stdout", ""), ("stderr", "")):
+      if pipes and name != "stderr":
+        os.mkfifo(os.path.join(scratch, name))
+        continue
       with open(os.path.join(scratch, name), "w") as f:
         f.write(text)
     server.stdin.write(json.dumps({
@@ -280,7 +290,11 @@ class ScriptServer:
     if answer is None:
       raise RuntimeError("the script server did not start the child")
     command = [sys.executable, *(["-m", module] if module else ["-c", code]), *args]
-    return ForkedProcess(self, answer["pid"], command, scratch)
+    process = ForkedProcess(self, answer["pid"], command, scratch)
+    if pipes:  # In the order the child opens them (each open waits for the other end).
+      process.pipe_in = open(os.path.join(scratch, "stdin"), "w")
+      process.pipe_out = open(os.path.join(scratch, "stdout"))
+    return process
 
   def run(self, args: Sequence[str], timeout: Optional[float] = 900,
           **options) -> subprocess.CompletedProcess:
