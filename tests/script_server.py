@@ -24,6 +24,7 @@ process (`subprocess`): a setting read when an interpreter or a library starts
 import ast
 import atexit
 import ctypes
+import errno
 import io
 import json
 import os
@@ -213,6 +214,24 @@ class ForkedProcess:
     self.send_signal(signal.SIGKILL)
 
 
+def _write_end(path: str, process: ForkedProcess, timeout: float = 60) -> io.TextIOBase:
+  """The write end of the named pipe `path` once `process` opened its read
+  end; an error, not a hang, if the child ended or never opened it."""
+  deadline = time.monotonic() + timeout
+  while True:
+    try:
+      fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO until a reader opens it.
+      break
+    except OSError as e:
+      if e.errno != errno.ENXIO:
+        raise
+      if process.poll() is not None or time.monotonic() > deadline:
+        raise RuntimeError(f"the child {process.pid} never opened its stdin ({path})") from e
+      time.sleep(0.01)
+  os.set_blocking(fd, True)
+  return open(fd, "w")
+
+
 class ScriptServer:
   """One server process; `start` is `subprocess.Popen` and `run` is
   `subprocess.run(capture_output=True, text=True)` of `python -m module args`
@@ -292,7 +311,7 @@ class ScriptServer:
     command = [sys.executable, *(["-m", module] if module else ["-c", code]), *args]
     process = ForkedProcess(self, answer["pid"], command, scratch)
     if pipes:  # In the order the child opens them (each open waits for the other end).
-      process.pipe_in = open(os.path.join(scratch, "stdin"), "w")
+      process.pipe_in = _write_end(os.path.join(scratch, "stdin"), process)
       process.pipe_out = open(os.path.join(scratch, "stdout"))
     return process
 
