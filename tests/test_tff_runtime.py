@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+from tests import script_runs
+
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,11 +52,19 @@ def wait_gone(pid: int, seconds: float = 20.0) -> bool:
 
 @pytest.mark.parametrize("ending", ["exit", "sigkill", "sigint"])
 def test_worker_dies_with_its_program(ending):
-  process = subprocess.Popen([sys.executable, "-c", PROGRAM,
-                              "exit" if ending == "exit" else "wait"],
-                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  # An exit is checked in a real process (the interpreter's teardown runs);
+  # a kill and a Ctrl-C in a forked child (`start_module`), whose stdout is a
+  # pipe as well.
+  if ending == "exit":
+    process = subprocess.Popen([sys.executable, "-c", PROGRAM, "exit"],
+                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    stdout = process.stdout
+  else:
+    process = script_runs.start_module(None, "wait", code=PROGRAM, pipes=True)
+    process.pipe_in.close()
+    stdout = process.pipe_out
   try:
-    worker_pid = int(process.stdout.readline())
+    worker_pid = int(stdout.readline())
     if ending != "exit":  # An exiting program may already have stopped it.
       assert alive(worker_pid)
     if ending == "sigkill":
@@ -62,12 +72,13 @@ def test_worker_dies_with_its_program(ending):
     elif ending == "sigint":
       process.send_signal(signal.SIGINT)
     # The pipe closes only once no process holds it: the worker must not.
-    assert process.stdout.read() == ""
+    assert stdout.read() == ""
     process.wait(timeout=60)
     assert wait_gone(worker_pid), f"worker {worker_pid} outlived its program"
   finally:
     process.kill()
     process.wait()
+    stdout.close()
 
 
 def test_session_worker_computes_and_network_is_loopback_only(tff_context):
