@@ -64,10 +64,14 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
   np.testing.assert_array_equal(means[:, 0], means[:, 1])
 
 
-def two_rounds(task, config, algorithm, shards):
-  """The trainable weights after two rounds of the task's first 6 clients."""
-  process = xc_family.build_process(task, xc_family.model_config_for(task, config),
-                                    config, algorithm)
+def build(task, config, algorithm):
+  return xc_family.build_process(task, xc_family.model_config_for(task, config),
+                                 config, algorithm)
+
+
+def two_rounds(process, task, config, shards):
+  """The trainable weights after two rounds of the task's first 6 clients
+  (`process` is called again: it keeps no state between calls)."""
   state = process.initialize()
   for round_num in range(2):
     state = process.next(state, round_calls.round_datasets(
@@ -97,9 +101,10 @@ def test_a_round_in_several_calls_trains_as_one_call(tff_context, monkeypatch, a
   the weights one call gives, to float rounding: the tower's mean weighted
   by each call's examples, the rows' and the bag's sums folded call by call."""
   task, config = settings(partition, shards)
-  one, initial = two_rounds(task, config, algorithm, shards)
+  process = build(task, config, algorithm)
+  one, initial = two_rounds(process, task, config, shards)
   monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", 2)
-  several, _ = two_rounds(task, config, algorithm, shards)
+  several, _ = two_rounds(process, task, config, shards)
   for a, b in zip(one, several):
     np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
   assert any(np.any(a != b) for a, b in zip(one, initial))
@@ -127,7 +132,8 @@ def test_calls_spread_over_three_workers_train_as_on_one(
   weights equal one worker's, bit for bit (DP: the same noise too)."""
   monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", 2)
   task, config = settings(partition, shards, row_mean, dp)
-  one, initial = two_rounds(task, config, algorithm, shards)
+  process = build(task, config, algorithm)
+  one, initial = two_rounds(process, task, config, shards)
   calls = collections.Counter()
 
   class Counted:
@@ -140,7 +146,7 @@ def test_calls_spread_over_three_workers_train_as_on_one(
 
   monkeypatch.setattr(tff_runtime, "worker_contexts", lambda: [
       Counted(i, context) for i, context in enumerate(three_workers)])
-  spread, _ = two_rounds(task, config, algorithm, shards)
+  spread, _ = two_rounds(process, task, config, shards)
   for a, b in zip(one, spread):
     np.testing.assert_array_equal(b, a)
   # A round: a third of the clients' keys on each worker, then 3 calls of 2
