@@ -24,8 +24,8 @@ def test_epsilon_is_dp_accountings_for_poisson_sampled_gaussian_rounds(noise, pr
                                                                         rounds):
   config = DPConfig(noise_multiplier=noise, target_delta=1e-5)
   # `rounds` compositions of one round's event (dp_accounting adds their RDP,
-  # as composing them one by one would, 15x faster); the project composes a
-  # SelfComposedDpEvent instead.
+  # as composing them one by one would, 16x faster); the project scales one
+  # round's RDP by the rounds itself.
   accountant = rdp.RdpAccountant()
   accountant.compose(dp_accounting.PoissonSampledDpEvent(
       probability, dp_accounting.GaussianDpEvent(noise)), count=rounds)
