@@ -65,6 +65,7 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
 
 
 def build(task, config, algorithm):
+  """The task's sub-model process of `algorithm` under `config`."""
   return xc_family.build_process(task, xc_family.model_config_for(task, config),
                                  config, algorithm)
 
