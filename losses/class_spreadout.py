@@ -29,6 +29,9 @@ from fed_retrieval.models import scoring
 SPREADOUT_MODES = ("topk", "all")
 
 
+# Straight-line TF ops (Python conditions on arguments only; the top-k's loop is
+# its own graph): autograph is told not to convert them.
+@tf.autograph.experimental.do_not_convert
 def nearest_classes(table: tf.Tensor, class_ids: tf.Tensor, k: int,
                     max_scores_in_memory: int = 2 ** 25) -> tf.Tensor:
   """[n, k] ids of the k classes nearest to each of `class_ids` (itself excluded)."""
@@ -42,6 +45,7 @@ def nearest_classes(table: tf.Tensor, class_ids: tf.Tensor, k: int,
   return tf.reshape(tf.boolean_mask(top, keep), [-1, k])
 
 
+@tf.autograph.experimental.do_not_convert
 def topk_regularizer(rows: tf.Tensor, neighbour_rows: tf.Tensor) -> tf.Tensor:
   """-sum d^2 of rows [n, D] to their neighbours [n, k, D] (unnormalized inputs)."""
   a = scoring.l2_normalize(rows)[:, None, :]
@@ -49,6 +53,7 @@ def topk_regularizer(rows: tf.Tensor, neighbour_rows: tf.Tensor) -> tf.Tensor:
   return -tf.reduce_sum(tf.square(a - b))
 
 
+@tf.autograph.experimental.do_not_convert
 def all_pairs_regularizer(rows: tf.Tensor, row_ids: tf.Tensor, table: tf.Tensor,
                           margin: float) -> tf.Tensor:
   """sum over rows [n, D] and every other class of max(0, margin - d)^2."""
@@ -63,6 +68,7 @@ def all_pairs_regularizer(rows: tf.Tensor, row_ids: tf.Tensor, table: tf.Tensor,
   return tf.reduce_sum(tf.square(hinge))
 
 
+@tf.autograph.experimental.do_not_convert
 def spreadout_step(table: tf.Tensor, class_ids: tf.Tensor, learning_rate: float,
                    mode: str = "topk", k: int = 10, margin: float = 1.0,
                    max_scores_in_memory: int = 2 ** 25,

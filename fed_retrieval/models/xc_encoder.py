@@ -92,6 +92,7 @@ def initial_class_table(config: XCEncoderConfig, seed: int) -> np.ndarray:
   return table / np.linalg.norm(table, axis=1, keepdims=True)
 
 
+@tf.autograph.experimental.do_not_convert  # Straight-line ops: nothing to convert.
 def tower_forward(weights: Sequence[tf.Tensor], feature_ids: tf.Tensor,
                   feature_values: tf.Tensor, residual: bool = False) -> tf.Tensor:
   """L2-normalized instance embeddings [B, D] of padded sparse rows [B, F]
