@@ -121,14 +121,44 @@ def _reap(answers: int) -> None:
     _answer(answers, {"exited": pid, "returncode": os.waitstatus_to_exitcode(status)})
 
 
-def _serve() -> Optional[dict]:
+class Transpiled:
+  """A file (`path`) to which each child appends, as JSON lines, what autograph
+  transpiled for it and the server had not (`report`); the server transpiles
+  the lines new since it last looked (`learn`) before it forks a child."""
+
+  def __init__(self, path: str):
+    self.path, self._read, self._known = path, 0, set()
+
+  def learn(self) -> None:
+    with open(self.path) as f:
+      f.seek(self._read)
+      text = f.read()
+    text = text[:text.rfind("\n") + 1]  # Whole lines only.
+    self._read += len(text.encode())
+    new = {tuple(json.loads(line)) for line in text.splitlines()} - self._known
+    from tests import transpiled  # pylint: disable=g-import-not-at-top  (imports TF)
+    transpiled.transpile(new)
+    self._known |= new
+
+  def report(self) -> None:
+    from tests import transpiled  # pylint: disable=g-import-not-at-top  (imports TF)
+    lines = "".join(json.dumps(key) + "\n" for key in set(transpiled.keys()) - self._known)
+    if lines:
+      fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+      os.write(fd, lines.encode())  # One append: children never interleave.
+      os.close(fd)
+
+
+def _serve(transpiled_path: str) -> Optional[Tuple[dict, Transpiled]]:
   """Forks a child per request line, answering {"pid": pid} at once and
-  {"exited": ...} when it ends, until stdin ends; in a child, returns its request."""
+  {"exited": ...} when it ends, until stdin ends; in a child, returns its
+  request and the file in which it names what it transpiled."""
   libc = ctypes.CDLL(None, use_errno=True)
   libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
   quiet_environment.apply()  # Before the preload imports TF and gRPC.
   _preload()
   answers = os.dup(1)
+  learned = Transpiled(transpiled_path)
   _answer(answers, {"ready": os.getpid()})
   pending = b""
   while True:
@@ -142,12 +172,13 @@ def _serve() -> Optional[dict]:
     while b"\n" in pending:
       line, pending = pending.split(b"\n", 1)
       request = json.loads(line)
+      learned.learn()
       pid = os.fork()
       if pid == 0:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         os.close(answers)
         _become(request)
-        return request
+        return request, learned
       _answer(answers, {"pid": pid})
 
 
@@ -247,9 +278,11 @@ class ScriptServer:
 
   def _server(self) -> subprocess.Popen:
     if self._process is None or self._process.poll() is not None:
+      transpiled_path = os.path.join(self._scratch.name, "transpiled.jsonl")
+      open(transpiled_path, "a").close()
       self._process = subprocess.Popen(
-          [sys.executable, "-m", "tests.script_server"], cwd=ROOT, stdin=subprocess.PIPE,
-          stdout=subprocess.PIPE, text=True)
+          [sys.executable, "-m", "tests.script_server", transpiled_path], cwd=ROOT,
+          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
       self._pending = b""
       self._next_answer(timeout=300)
     return self._process
@@ -335,10 +368,11 @@ class ScriptServer:
     self._scratch.cleanup()
 
 
-def _run_as_main(request: dict) -> None:
+def _run_as_main(request: dict, learned: Transpiled) -> None:
   """Runs the request's module or code as `python -m`/`-c` would, then ends the
-  process with its exit code after the atexit handlers, skipping the ~2 s in
-  which an interpreter that imported TensorFlow tears its modules down."""
+  process with its exit code after the atexit handlers (and the report of what
+  it transpiled), skipping the ~2 s in which an interpreter that imported
+  TensorFlow tears its modules down."""
   code = 0
   try:
     if request["module"]:
@@ -356,12 +390,13 @@ def _run_as_main(request: dict) -> None:
     sys.excepthook(*sys.exc_info())
     code = 1
   atexit._run_exitfuncs()  # pylint: disable=protected-access
+  learned.report()
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":
-  _request = _serve()
+  _request = _serve(sys.argv[1])
   if _request is not None:
-    _run_as_main(_request)
+    _run_as_main(*_request)

@@ -1,5 +1,6 @@
 """The forked script children behave as `python -m`/`-c` processes do."""
 
+import ast
 import signal
 import subprocess
 
@@ -47,3 +48,45 @@ def test_the_preload_leaves_out_every_module_that_defines_a_flag():
   assert {"tasks.xc.flags", "tasks.task_flags", "fed_retrieval.index_flags"}.isdisjoint(
       preloaded)
   assert {"losses.spreadout", "fed_retrieval.top_k_index"} <= preloaded
+
+
+_TRACE = """
+import tensorflow as tf
+from losses import pu_risk
+from tests import transpiled
+tf.function(pu_risk.risk_terms)(tf.zeros([2, 7]), tf.zeros([2, 2]), "probability")
+print([key for key in transpiled.keys() if key[0].endswith("pu_risk.py")])
+"""
+
+
+def test_a_child_transpiles_what_the_one_before_it_transpiled_before_it_starts():
+  first = run_code(_TRACE)
+  assert first.returncode == 0, first.stderr
+  traced = ast.literal_eval(first.stdout)
+  assert {key[2] for key in traced} == {"risk_terms", "surrogate_loss"}
+  inherited = run_code("from tests import transpiled; print(transpiled.keys())")
+  assert set(traced) <= set(ast.literal_eval(inherited.stdout))
+
+
+def test_a_function_transpiled_from_its_key_is_the_one_a_trace_makes_and_uses():
+  result = run_code("""
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.autograph.impl import api
+from losses import pu_risk
+from tests import transpiled
+cache = api._TRANSPILER._cache._cache
+args = (tf.constant(np.eye(2, 7, dtype=np.float32)), tf.constant([[0.5, -1.0], [2.0, 0.1]]),
+        "cross_entropy")
+cache.clear()
+traced = tf.function(pu_risk.risk_terms)(*args)
+wanted = transpiled.keys()
+cache.clear()
+print(transpiled.transpile(wanted), sorted(wanted) == sorted(transpiled.keys()))
+made = {code: dict(by_options) for code, by_options in cache.items()}
+again = tf.function(pu_risk.risk_terms)(*args)
+print(all(cache[code] == by_options for code, by_options in made.items()), len(cache) == len(made))
+print(all(np.array_equal(traced[name], again[name]) for name in traced))
+""")
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.split() == ["2", "True", "True", "True", "True"]
