@@ -61,19 +61,70 @@ def finish(output_dir, cache_dir):
   return stderr
 
 
-def test_without_restarts_a_dead_worker_ends_the_program_and_a_rerun_resumes(
+def test_a_run_meeting_three_faults_in_turn_resumes_each_time_to_the_same_results(
     cache_dir, uninterrupted, tmp_path):
+  """One run directory, three faults one after another, each ending the run
+  that a re-run of the same command resumes: the worker killed with no
+  restart allowed, Ctrl-C, and a SIGKILL of the program whose newest
+  checkpoint is then torn. The results are those of the run without faults."""
+  # The worker dies and no restart is allowed: the program ends, bounded.
   process = run_script(tmp_path, cache_dir, "--max_worker_restarts=0")
   wait_for_round(tmp_path, 3)
   (worker,) = workers_of(process.pid)
   os.kill(worker, signal.SIGKILL)
-  _, stderr = process.communicate(timeout=60)  # Bounded: no hang.
+  _, stderr = process.communicate(timeout=60)
   assert process.returncode == 3
   last_line = stderr.strip().splitlines()[-1]
   assert f"TFF worker (pid {worker}" in last_line and "re-run" in last_line
   assert not os.path.exists(os.path.join(tmp_path, "results.json"))
-  finish(tmp_path, cache_dir)
+
+  # Ctrl-C ends the re-run at once, in one line.
+  process = run_script(tmp_path, cache_dir)
+  wait_for_round(tmp_path, 5)
+  workers = workers_of(process.pid)
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=60)
+  assert re.search(r"federated hinge_spreadout: resuming from round [2-4] in", stderr)
+  assert process.returncode == 130
+  last = stderr.strip().splitlines()[-1]
+  assert last.startswith("interrupted at federated hinge_spreadout: round ")
+  assert last.endswith("/8; re-run the same command to resume from its last checkpoint")
+  assert "Traceback" not in stderr
+  time.sleep(1)
+  assert workers and not workers & worker_pids(), "a TFF worker outlived its program"
+
+  # SIGKILL of the next re-run, then its newest checkpoint torn.
+  process = run_script(tmp_path, cache_dir)
+  wait_for_round(tmp_path, 6)
+  workers = workers_of(process.pid)
+  assert workers
+  os.kill(process.pid, signal.SIGKILL)
+  process.wait()
+  time.sleep(1)
+  assert not workers & worker_pids(), "a TFF worker outlived its program"
+  assert not os.path.exists(os.path.join(tmp_path, "results.json"))
+  directory = os.path.join(tmp_path, "checkpoints")
+  # A kill that lands while the next checkpoint is written leaves it staged,
+  # never under its final name.
+  names = os.listdir(directory)
+  assert all(name.startswith(("program_state_", checkpoints.STAGING_PREFIX))
+             for name in names), names
+  versions = sorted(int(name.rsplit("_", 1)[1]) for name in names
+                    if name.startswith("program_state_"))
+  assert versions[:3] == [0, 2, 4] and all(v % 2 == 0 for v in versions), names
+  newest = f"program_state_{versions[-1]}"
+  (variables,) = glob.glob(os.path.join(directory, newest, "variables",
+                                        "variables.data-*"))
+  with open(variables, "r+b") as f:  # Tear it, as a kill mid-write would.
+    f.truncate(os.path.getsize(variables) // 2)
+
+  stderr = finish(tmp_path, cache_dir)
+  assert f"unreadable_{newest}" in stderr
+  assert os.path.isdir(os.path.join(directory, f"unreadable_{newest}"))
+  assert "round 8/8, loss" in stderr and "left" in stderr
   assert results_of(tmp_path) == uninterrupted
+  with open(os.path.join(tmp_path, "metrics.csv")) as f:  # Each round once.
+    assert [int(r["round"]) for r in csv.DictReader(f)] == list(range(1, 9))
 
 
 def a_new_worker(process, old, timeout=120):
@@ -119,39 +170,6 @@ def test_a_worker_that_dies_twice_is_replaced_and_the_run_ends_the_same(
   assert not {first, second, third} & worker_pids()  # Nothing outlives the run.
 
 
-def test_a_killed_run_with_a_torn_checkpoint_resumes_to_the_same_results(
-    cache_dir, uninterrupted, tmp_path):
-  process = run_script(tmp_path, cache_dir)
-  wait_for_round(tmp_path, 5)  # Checkpoints of rounds 0, 2 and 4 exist.
-  workers = workers_of(process.pid)
-  assert workers
-  os.kill(process.pid, signal.SIGKILL)
-  process.wait()
-  time.sleep(1)
-  assert not workers & worker_pids(), "a TFF worker outlived its program"
-  assert not os.path.exists(os.path.join(tmp_path, "results.json"))
-  directory = os.path.join(tmp_path, "checkpoints")
-  # A kill that lands while the next checkpoint is written leaves it staged,
-  # never under its final name.
-  names = os.listdir(directory)
-  assert all(name.startswith(("program_state_", checkpoints.STAGING_PREFIX))
-             for name in names), names
-  versions = sorted(int(name.rsplit("_", 1)[1]) for name in names
-                    if name.startswith("program_state_"))
-  assert versions[:3] == [0, 2, 4] and all(v % 2 == 0 for v in versions), names
-  newest = f"program_state_{versions[-1]}"
-  (variables,) = glob.glob(os.path.join(directory, newest, "variables",
-                                        "variables.data-*"))
-  with open(variables, "r+b") as f:  # Tear it, as a kill mid-write would.
-    f.truncate(os.path.getsize(variables) // 2)
-  stderr = finish(tmp_path, cache_dir)
-  assert f"unreadable_{newest}" in stderr
-  assert os.path.isdir(os.path.join(directory, f"unreadable_{newest}"))
-  assert results_of(tmp_path) == uninterrupted
-  with open(os.path.join(tmp_path, "metrics.csv")) as f:  # Each round once.
-    assert [int(r["round"]) for r in csv.DictReader(f)] == list(range(1, 9))
-
-
 def test_a_second_run_on_the_same_directory_is_refused(cache_dir, tmp_path):
   long_run = "--rounds=500"  # Still running when the second one starts.
   first = run_script(tmp_path, cache_dir, long_run)
@@ -186,23 +204,3 @@ def test_a_read_only_output_directory_is_one_clear_error(cache_dir, tmp_path):
   assert _not_progress(stderr) == [
       f"error: --output_dir={read_only}/run: cannot write {read_only}/run: "
       "the file system is read-only"]
-
-
-def test_ctrl_c_ends_the_run_at_once_in_one_line_and_a_rerun_resumes(
-    cache_dir, uninterrupted, tmp_path):
-  process = run_script(tmp_path, cache_dir)
-  wait_for_round(tmp_path, 3)
-  workers = workers_of(process.pid)
-  process.send_signal(signal.SIGINT)
-  _, stderr = process.communicate(timeout=60)
-  assert process.returncode == 130
-  last = stderr.strip().splitlines()[-1]
-  assert last.startswith("interrupted at federated hinge_spreadout: round ")
-  assert last.endswith("/8; re-run the same command to resume from its last checkpoint")
-  assert "Traceback" not in stderr
-  time.sleep(1)
-  assert workers and not workers & worker_pids(), "a TFF worker outlived its program"
-  stderr = finish(tmp_path, cache_dir)
-  assert re.search(r"federated hinge_spreadout: resuming from round [2-8] in", stderr)
-  assert "round 8/8, loss" in stderr and "left" in stderr
-  assert results_of(tmp_path) == uninterrupted
