@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -74,12 +75,30 @@ def test_export_round_trip(small_task, trained_run):
   np.testing.assert_array_equal(index_ids.numpy(), np.argsort(-scores, axis=1)[:, :10])
   np.testing.assert_allclose(index_scores.numpy(), -np.sort(-scores, axis=1)[:, :10],
                              rtol=1e-5)
+  served = exported.load_index().signatures["serving_default"](
+      item_ids=tf.cast(contexts, tf.int64))
+  np.testing.assert_array_equal(served["output_1"], index_ids)  # (scores, ids).
   with pytest.raises(ValueError, match="exported for 400 items .ids 1..400., but "
                      "the data has 500 .ids 1..500."):
     export.load_export(os.path.join(output_dir, "export"),
                        ItemVocabulary.of_items(range(1, 501)))
   with pytest.raises(FileNotFoundError, match="no such export directory"):
     export.load_export(os.path.join(output_dir, "missing"))
+
+
+def test_an_export_with_a_savedmodel_query_tower_still_loads(small_task, trained_run,
+                                                           tmp_path):
+  """Exports written before `query_tower.keras` hold the tower as a SavedModel."""
+  output_dir, _, _ = trained_run
+  older = str(tmp_path / "older")
+  shutil.copytree(os.path.join(output_dir, "export"), older)
+  tower = os.path.join(older, export.QUERY_TOWER)
+  tf.keras.models.load_model(tower, compile=False).save(os.path.join(older, "query_tower"))
+  os.remove(tower)
+  contexts = tf.constant(small_task.federated_test.contexts[:8])
+  np.testing.assert_allclose(
+      export.load_export(older).scores(contexts),
+      export.load_export(os.path.join(output_dir, "export")).scores(contexts), rtol=1e-6)
 
 
 def run_script(name, *args):

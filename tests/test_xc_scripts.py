@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tasks.xc import synthetic_xc
 from tasks.xc import xc_io
@@ -85,6 +86,11 @@ def test_train_federated_exports_a_classifier_that_scores_like_the_server(tmp_pa
   table = np.load(os.path.join(export_dir, "class_embeddings.npy"))
   assert table.shape == (200, 256)
   np.testing.assert_allclose(np.linalg.norm(table, axis=1), 1.0, rtol=1e-5)
+  tower = tf.keras.models.load_model(os.path.join(export_dir, "instance_tower"),
+                                     compile=False)
+  embeddings = tower((np.array([[3, 7, 0]], np.int32), np.array([[0.5, 1.0, 0]], np.float32)))
+  assert embeddings.shape == (1, 256)
+  np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, rtol=1e-5)
 
 
 def test_a_bad_xc_file_fails_with_its_line_and_writes_nothing(tmp_path):
