@@ -61,6 +61,9 @@ _GRPC_OPTIONS = [
     ("grpc.max_receive_message_length", 2 * 1000 * 1000 * 1000),
     ("grpc.max_send_message_length", 2 * 1000 * 1000 * 1000),
 ]
+# A local worker is polled from its start: gRPC's first reconnect after the
+# port refused waits 1 s by default, which was most of a start (1.0 -> 0.16 s).
+_LOCAL_GRPC_OPTIONS = _GRPC_OPTIONS + [("grpc.initial_reconnect_backoff_ms", 20)]
 _STARTUP_TIMEOUT_SECONDS = 120.0
 _REMOTE_CONNECT_SECONDS = 30.0
 # Every this many seconds, each remote worker must accept a new connection
@@ -254,7 +257,7 @@ class LocalWorker:
       if log is not subprocess.DEVNULL:
         log.close()
     atexit.register(self.stop)
-    self._channel = grpc.insecure_channel(f"localhost:{self.port}", _GRPC_OPTIONS)
+    self._channel = grpc.insecure_channel(f"localhost:{self.port}", _LOCAL_GRPC_OPTIONS)
     stub = tff.framework.RemoteExecutorGrpcStub(self._channel)
     deadline = time.monotonic() + _STARTUP_TIMEOUT_SECONDS
     while not stub.is_ready:
