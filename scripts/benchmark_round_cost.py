@@ -17,8 +17,8 @@ contrasts at 100k, and 4,000 clients a round on 1, 2 and 3 workers.
 """
 
 import json
-import subprocess
-import sys
+import os
+import traceback
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
@@ -73,17 +73,40 @@ def _counts(holder: flags.FlagHolder, least: int) -> list:
   return counts
 
 
+def _report(num_classes: int, workers: int) -> dict:
+  """The report of one configuration, in this process."""
+  return round_cost_benchmark.round_benchmark(
+      num_classes, _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
+      _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
+      repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value, workers=workers,
+      client_shards=_CLIENT_SHARDS.value)
+
+
 def _in_child(num_classes: int, workers: int) -> dict:
-  """The report of one configuration, from a child process that dies with this one."""
-  argv = [sys.executable, "-m", "scripts.benchmark_round_cost",
-          f"--num_classes={num_classes}", f"--local_workers={workers}",
-          *(f"--{f.name}={f.value}" for f in _SHARED)]
-  child = subprocess.run(argv, capture_output=True, text=True,
-                         preexec_fn=tff_runtime.die_with_parent)
-  if child.returncode != 0:
+  """The report of one configuration from a forked child that dies with this
+  process: its memory its own, without a new interpreter's imports (this
+  process has run no TensorFlow op, so the child starts as a clean one)."""
+  read_end, write_end = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # The child: the report or the error's traceback down the pipe.
+    os.close(read_end)
+    try:
+      tff_runtime.die_with_parent()
+      answer = {"report": _report(num_classes, workers)}
+    except BaseException:  # pylint: disable=broad-except
+      answer = {"error": traceback.format_exc()}
+    with os.fdopen(write_end, "w") as pipe:
+      json.dump(answer, pipe)
+    os._exit(0)  # Not the parent's atexit handlers; the run stopped its workers.
+  os.close(write_end)
+  with os.fdopen(read_end) as pipe:
+    text = pipe.read()
+  os.waitpid(pid, 0)
+  answer = json.loads(text) if text else {"error": "the child died without a report"}
+  if "error" in answer:
     raise RuntimeError(f"the run at {num_classes} classes on {workers} workers failed: "
-                       f"{child.stderr.strip()[-2000:]}")
-  return json.loads(child.stdout)
+                       f"{answer['error'].strip()[-2000:]}")
+  return answer["report"]
 
 
 def main(argv) -> None:
@@ -91,11 +114,7 @@ def main(argv) -> None:
   configurations = [(n, w) for n in _counts(_NUM_CLASSES, 2)
                     for w in _counts(_LOCAL_WORKERS, 1)]
   if len(configurations) == 1:
-    report = round_cost_benchmark.round_benchmark(
-        configurations[0][0], _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
-        _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
-        repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value,
-        workers=configurations[0][1], client_shards=_CLIENT_SHARDS.value)
+    report = _report(*configurations[0])
   else:
     runs = [_in_child(n, w) for n, w in configurations]
     first = runs[0]["seconds_per_round_min"]
