@@ -36,16 +36,35 @@ def run_code(code, *args, **options):
   return run_module(None, *args, code=code, **options)
 
 
-def run_script(output_dir, cache, *extra, prefix=(), forked=True):
+def run_script(output_dir, cache, *extra, forked=True):
   """Starts scripts.train_federated on the small preset: a forked child
-  (`tests.script_server`), or with `prefix` (a wrapper command) or not
-  `forked` a new interpreter (whose teardown a test checks)."""
+  (`tests.script_server`), or not `forked` a new interpreter (whose teardown
+  a test checks)."""
   args = [*SMALL_RUN, *extra, f"--output_dir={output_dir}", f"--cache_dir={cache}"]
-  if forked and not prefix:
+  if forked:
     return start_module("scripts.train_federated", *args)
-  return subprocess.Popen([*prefix, sys.executable, "-m", "scripts.train_federated", *args],
+  return subprocess.Popen([sys.executable, "-m", "scripts.train_federated", *args],
                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
+
+
+def alive(pid: int) -> bool:
+  """Whether process `pid` exists and is not a zombie."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().split()[2] != "Z"
+  except FileNotFoundError:
+    return False
+
+
+def gone(pids, seconds: float = 20.0) -> bool:
+  """Whether every process of `pids` is gone within `seconds`."""
+  deadline = time.monotonic() + seconds
+  while any(alive(pid) for pid in pids):
+    if time.monotonic() > deadline:
+      return False
+    time.sleep(0.05)
+  return True
 
 
 def worker_pids():

@@ -6,17 +6,17 @@ import glob
 import json
 import os
 import re
-import shutil
 import signal
-import subprocess
 import time
 
 import pytest
 
 from fed_retrieval.training import checkpoints
+from tests.script_runs import gone
+from tests.script_runs import SMALL_RUN
+from tests.script_runs import run_code
 from tests.script_runs import run_script
 from tests.script_runs import wait_for_round
-from tests.script_runs import worker_pids
 from tests.script_runs import workers_of
 
 # Each test runs the script at least once; all on one pytest-xdist worker
@@ -90,8 +90,7 @@ def test_a_run_meeting_three_faults_in_turn_resumes_each_time_to_the_same_result
   assert last.startswith("interrupted at federated hinge_spreadout: round ")
   assert last.endswith("/8; re-run the same command to resume from its last checkpoint")
   assert "Traceback" not in stderr
-  time.sleep(1)
-  assert workers and not workers & worker_pids(), "a TFF worker outlived its program"
+  assert workers and gone(workers, 1.0), "a TFF worker outlived its program"
 
   # SIGKILL of the next re-run once it logged a round of its own (the one
   # Ctrl-C ended may have finished round 6), then its newest checkpoint torn.
@@ -103,8 +102,7 @@ def test_a_run_meeting_three_faults_in_turn_resumes_each_time_to_the_same_result
   assert workers
   os.kill(process.pid, signal.SIGKILL)
   process.wait()
-  time.sleep(1)
-  assert not workers & worker_pids(), "a TFF worker outlived its program"
+  assert gone(workers, 1.0), "a TFF worker outlived its program"
   assert not os.path.exists(os.path.join(tmp_path, "results.json"))
   directory = os.path.join(tmp_path, "checkpoints")
   # A kill that lands while the next checkpoint is written leaves it staged,
@@ -169,8 +167,7 @@ def test_a_worker_that_dies_twice_is_replaced_and_the_run_ends_the_same(
   results = results_of(tmp_path)
   assert results.pop("worker_restarts") == 2
   assert results == {k: v for k, v in uninterrupted.items() if k != "worker_restarts"}
-  time.sleep(1)
-  assert not {first, second, third} & worker_pids()  # Nothing outlives the run.
+  assert gone({first, second, third}, 1.0)  # Nothing outlives the run.
 
 
 def test_a_second_run_on_the_same_directory_is_refused(cache_dir, tmp_path):
@@ -191,19 +188,28 @@ def test_a_second_run_on_the_same_directory_is_refused(cache_dir, tmp_path):
   assert rounds == list(range(1, len(rounds) + 1))  # One writer only.
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+# A forked child in a mount namespace of its own, where `path` is a read-only
+# file system (which even root cannot write), runs the script.
+_READ_ONLY_RUN = """
+import ctypes, runpy, sys
+libc = ctypes.CDLL(None, use_errno=True)
+path = sys.argv.pop(1).encode()
+if (libc.unshare(0x00020000) or  # CLONE_NEWNS
+    libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None) or  # MS_REC | MS_PRIVATE
+    libc.mount(b"tmpfs", path, b"tmpfs", 0x1, None)):  # MS_RDONLY
+  sys.exit(f"no private read-only mount: errno {ctypes.get_errno()}")
+runpy.run_module("scripts.train_federated", run_name="__main__", alter_sys=True)
+"""
+
+
 def test_a_read_only_output_directory_is_one_clear_error(cache_dir, tmp_path):
   read_only = tmp_path / "read_only"
   read_only.mkdir()
-  probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
-  if probe.returncode != 0:
-    pytest.skip("no permission for a private mount namespace")
-  # A read-only file system, which even root cannot write.
-  wrapper = ["unshare", "-m", "sh", "-c",
-             f"mount -t tmpfs -o ro tmpfs {read_only} && exec \"$@\"", "sh"]
-  process = run_script(read_only / "run", cache_dir, prefix=wrapper)
-  _, stderr = process.communicate(timeout=300)
-  assert process.returncode == 2
-  assert _not_progress(stderr) == [
+  result = run_code(_READ_ONLY_RUN, str(read_only), *SMALL_RUN,
+                    f"--output_dir={read_only}/run", f"--cache_dir={cache_dir}")
+  if "no private read-only mount" in result.stderr:
+    pytest.skip(result.stderr.strip())
+  assert result.returncode == 2
+  assert _not_progress(result.stderr) == [
       f"error: --output_dir={read_only}/run: cannot write {read_only}/run: "
       "the file system is read-only"]

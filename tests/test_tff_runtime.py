@@ -5,7 +5,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -33,23 +32,6 @@ if sys.argv[1] == "wait":
 """
 
 
-def alive(pid: int) -> bool:
-  try:
-    with open(f"/proc/{pid}/stat") as f:
-      return f.read().split()[2] != "Z"
-  except FileNotFoundError:
-    return False
-
-
-def wait_gone(pid: int, seconds: float = 20.0) -> bool:
-  deadline = time.monotonic() + seconds
-  while time.monotonic() < deadline:
-    if not alive(pid):
-      return True
-    time.sleep(0.1)
-  return False
-
-
 @pytest.mark.parametrize("ending", ["exit", "sigkill", "sigint"])
 def test_worker_dies_with_its_program(ending):
   # An exit is checked in a real process (the interpreter's teardown runs);
@@ -66,7 +48,7 @@ def test_worker_dies_with_its_program(ending):
   try:
     worker_pid = int(stdout.readline())
     if ending != "exit":  # An exiting program may already have stopped it.
-      assert alive(worker_pid)
+      assert script_runs.alive(worker_pid)
     if ending == "sigkill":
       process.kill()
     elif ending == "sigint":
@@ -74,7 +56,7 @@ def test_worker_dies_with_its_program(ending):
     # The pipe closes only once no process holds it: the worker must not.
     assert stdout.read() == ""
     process.wait(timeout=60)
-    assert wait_gone(worker_pid), f"worker {worker_pid} outlived its program"
+    assert script_runs.gone([worker_pid]), f"worker {worker_pid} outlived its program"
   finally:
     process.kill()
     process.wait()
@@ -89,5 +71,5 @@ def test_session_worker_computes_and_network_is_loopback_only(tff_context):
     return tff.federated_sum(x)
 
   assert total([1, 2, 3]) == 6
-  assert alive(tff_context.pid)
+  assert script_runs.alive(tff_context.pid)
   assert [name for _, name in socket.if_nameindex()] == ["lo"]
