@@ -58,8 +58,6 @@ _CLIENT_SHARDS = flags.DEFINE_integer(
     "Shards of the round's clients, as a run computes them (--client_shards; a "
     f"shard holds at most {round_calls.MAX_CLIENTS_PER_SHARD} clients); 0: a TFF "
     "client per client.")
-_SHARED = (_ALGORITHM, _BAG, _NUM_NEGATIVES, _NUM_FEATURES, _CLIENTS,
-           _CLASSES_PER_CLIENT, _REPEATS, _SPREADOUT_SEARCH, _CLIENT_SHARDS)
 
 
 def _counts(holder: flags.FlagHolder, least: int) -> list:
