@@ -37,6 +37,22 @@ def test_scanning_every_list_is_exact():
                                 class_neighbours.exact_nearest(table, ids, 10))
 
 
+def test_neighbours_closer_than_float16_can_tell_come_in_the_exact_order():
+  """The float16 scan's candidates are re-ranked in float32: six rows whose
+  cosines to the query are within 1e-5 of each other (float16 tells 5e-4
+  apart near 1) come in the exact search's order."""
+  rng = np.random.default_rng(5)
+  table = rng.standard_normal((200, 8)).astype(np.float32)
+  direction = table[0] / np.linalg.norm(table[0])
+  noise = rng.standard_normal((6, 8)).astype(np.float32)
+  table[[190, 50, 120, 7, 33, 160]] = direction + 1e-3 * (
+      noise - np.outer(noise @ direction, direction))
+  index = class_neighbours.ApproximateNeighbours(table, seed=0)  # Every list scanned.
+  ids = np.array([0], np.int32)
+  found = index.nearest(None, table, ids[:0], ids, 6)
+  np.testing.assert_array_equal(found, class_neighbours.exact_nearest(table, ids, 6))
+
+
 def test_rows_moved_round_by_round_search_as_an_index_built_anew():
   """The index after rounds of moved rows finds what one built from the final
   table finds (a resumed run rebuilds it)."""

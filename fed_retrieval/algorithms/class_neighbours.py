@@ -4,13 +4,17 @@ any size: the search behind FedAwS's top-k spreadout (`losses/class_spreadout`).
 An exact search scores every updated class against the whole table, O(updated
 x C) a round: at Amazon-670K's 670,000 labels that was most of a FedAwS
 round. `ApproximateNeighbours` keeps an inverted file (faiss IVF, inner
-product on L2-normalized rows) across rounds instead:
+product on L2-normalized rows, stored in float16) across rounds instead:
 - the lists are the Voronoi cells of `nlist` = 4 sqrt(C) centroids, unit rows
   drawn (by the seed) from the initial table and never moved, so which list
   a row sits in depends only on its current value;
 - each round only the rows the round changed are moved between lists;
 - a query scans its `nprobe` nearest lists, about nprobe / nlist of the
-  table, so a round's search grows as sqrt(C), not C.
+  table, so a round's search grows as sqrt(C), not C;
+- the scan reads float16 rows, half the bytes of float32 (the scan is bound
+  by memory: 1,000 queries at 670k classes took 0.24 s instead of 0.33),
+  and its `RERANK` x (k + 1) best are re-ranked on the float32 rows, so the
+  order is the exact cosines' (scanning every list finds the exact top-k).
 The index is therefore a function of the current table alone: a run resumed
 from a checkpoint rebuilds it (one pass over the table) and finds the
 neighbours the uninterrupted run found. Its recall@k against the exact search
@@ -26,6 +30,8 @@ import numpy as np
 
 SEARCHES = ("exact", "approximate")
 NPROBE = 64
+# Candidates of the float16 scan re-ranked in float32, per neighbour asked for.
+RERANK = 2
 
 
 def _normalized(rows: np.ndarray) -> np.ndarray:
@@ -77,7 +83,9 @@ class ApproximateNeighbours:
                                                               replace=False))])
     quantizer = faiss.IndexFlatIP(dim)
     quantizer.add(centroids)
-    self._index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    self._index = faiss.IndexIVFScalarQuantizer(
+        quantizer, dim, nlist, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT,
+        False)  # Rows stored as they are, not as residuals to their centroid.
     self._index.is_trained = True
     self._index.set_direct_map_type(faiss.DirectMap.Hashtable)
     self._index.nprobe = min(nprobe, nlist)
@@ -105,8 +113,19 @@ class ApproximateNeighbours:
       self._index.reset()
       self._index.add_with_ids(_normalized(table), np.arange(len(table), dtype=np.int64))
       self._table = table
-    _, rows = self._index.search(_normalized(table[class_ids]), k + 1)
-    return _without_self(rows, class_ids, k)
+    queries = _normalized(table[class_ids])
+    _, candidates = self._index.search(queries, RERANK * (k + 1))
+    return _without_self(_reranked(table, queries, candidates), class_ids, k)
+
+
+def _reranked(table: np.ndarray, queries: np.ndarray, candidates: np.ndarray
+              ) -> np.ndarray:
+  """`candidates` [n, m] (-1: an empty slot) ordered by their float32 cosine
+  to `queries` [n, D] (unit rows), empty slots last."""
+  rows = _normalized(table[np.maximum(candidates, 0)].reshape(-1, table.shape[1]))
+  cosines = np.einsum("nd,nmd->nm", queries, rows.reshape(*candidates.shape, -1))
+  cosines[candidates < 0] = -np.inf
+  return np.take_along_axis(candidates, np.argsort(-cosines, axis=1, kind="stable"), 1)
 
 
 def recall_against_exact(found: np.ndarray, exact: np.ndarray) -> float:
