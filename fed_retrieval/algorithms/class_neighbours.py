@@ -57,14 +57,14 @@ def exact_nearest(table: np.ndarray, class_ids: np.ndarray, k: int) -> np.ndarra
 
 
 def _without_self(rows: np.ndarray, class_ids: np.ndarray, k: int) -> np.ndarray:
-  """The k first of each row of `rows` [n, k + 1] that are not the query's
+  """The k first of each row of `rows` [n, >= k] that are not the query's
   own class (or not -1, a slot the search left empty); a row short of k is
   padded with the query's own class, whose pull on itself is zero."""
-  out = np.empty((len(class_ids), k), np.int32)
-  for i, (found, own) in enumerate(zip(rows, class_ids)):
-    kept = [r for r in found if r != own and r >= 0][:k]
-    out[i] = kept + [own] * (k - len(kept))
-  return out
+  own = np.asarray(class_ids)[:, None]
+  kept = (rows != own) & (rows >= 0)
+  first = np.argsort(~kept, axis=1, kind="stable")[:, :k]  # Kept ones, in order.
+  return np.where(np.take_along_axis(kept, first, 1), np.take_along_axis(rows, first, 1),
+                  own).astype(np.int32)
 
 
 class ApproximateNeighbours:
@@ -122,8 +122,9 @@ def _reranked(table: np.ndarray, queries: np.ndarray, candidates: np.ndarray
               ) -> np.ndarray:
   """`candidates` [n, m] (-1: an empty slot) ordered by their float32 cosine
   to `queries` [n, D] (unit rows), empty slots last."""
-  rows = _normalized(table[np.maximum(candidates, 0)].reshape(-1, table.shape[1]))
-  cosines = np.einsum("nd,nmd->nm", queries, rows.reshape(*candidates.shape, -1))
+  rows = table[np.maximum(candidates, 0)]
+  cosines = np.einsum("nd,nmd->nm", queries, rows) / np.maximum(
+      np.sqrt(np.einsum("nmd,nmd->nm", rows, rows)), 1e-12)
   cosines[candidates < 0] = -np.inf
   return np.take_along_axis(candidates, np.argsort(-cosines, axis=1, kind="stable"), 1)
 
