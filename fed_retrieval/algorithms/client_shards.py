@@ -33,7 +33,8 @@ client's update; a shard's mean is not one client's), so DP runs keep one
 TFF client per client.
 """
 
-from typing import Callable, Optional
+import dataclasses
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -44,6 +45,15 @@ from tasks import client_data
 
 ModelFn = Callable[[], tff.learning.models.VariableModel]
 Optimizer = tff.learning.optimizers.Optimizer
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelTypes:
+  """What a client work needs of a model besides building it in its own
+  computation: the weights' TFF type, the batches' spec, metric finalizers."""
+  weights_type: Any
+  input_spec: Any
+  metric_finalizers: Dict[str, Callable]
 
 
 def _shard_update_fn(model: tff.learning.models.VariableModel,
@@ -168,20 +178,24 @@ def _shard_update_fn(model: tff.learning.models.VariableModel,
 
 
 def build_shard_client_work(model_fn: ModelFn, client_optimizer: Optional[Optimizer],
-                            jit_compile: bool = False, batch_size: Optional[int] = None
+                            jit_compile: bool = False, batch_size: Optional[int] = None,
+                            types: Optional[ModelTypes] = None
                             ) -> tff.learning.templates.ClientWorkProcess:
   """The client work of FedAvg (example-weighted; `client_optimizer` trains
   each client) or FedSGD (None) over shards of clients: each CLIENTS value is
   a `shard_dataset` (of batches of at most `batch_size`, when given: the full
   ones train on static shapes). Its state is FedAvg's client optimizer
-  hparams, or FedSGD's `()`, as in TFF's client works."""
-  with tf.Graph().as_default():  # Only for the types: no variables leak out.
-    model = model_fn()
-    metrics_aggregation = tff.learning.metrics.sum_then_finalize(
-        model.metric_finalizers())
-    data_type = tff.SequenceType(tff.types.tensorflow_to_type(
-        client_data.shard_spec(model.input_spec)))
-    weights_type = tff.learning.models.weights_type_from_model(model)
+  hparams, or FedSGD's `()`, as in TFF's client works. `types`: the model's,
+  when known (None: a model is built for them, in a graph of its own)."""
+  if types is None:
+    with tf.Graph().as_default():  # Only for the types: no variables leak out.
+      model = model_fn()
+      types = ModelTypes(tff.learning.models.weights_type_from_model(model),
+                         model.input_spec, model.metric_finalizers())
+  metrics_aggregation = tff.learning.metrics.sum_then_finalize(types.metric_finalizers)
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(
+      client_data.shard_spec(types.input_spec)))
+  weights_type = types.weights_type
   hparams = (() if client_optimizer is None else client_optimizer.get_hparams(
       client_optimizer.initialize(tf.TensorSpec([], tf.float32))))
 
@@ -229,19 +243,25 @@ def build_sharded_process(model_fn: ModelFn, server_optimizer: Optimizer,
   whose `next` takes shard datasets: the same process as
   `build_weighted_fed_avg` or `build_fed_sgd`, with `build_shard_client_work`
   (each batch's step compiled with XLA when `jit_compile`; full batches of
-  `batch_size` on static shapes)."""
+  `batch_size` on static shapes). The model built for the initial weights
+  also gives the client work its types (a Keras model's build was ~0.2-0.3 s
+  of the ~2-3 s a build takes)."""
+  built = {}
 
   @tff.tensorflow.computation
   def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
+    model = model_fn()
+    built["types"] = (model.input_spec, model.metric_finalizers())
+    return tff.learning.models.ModelWeights.from_model(model)
 
   weights_type = initial_model_weights_fn.type_signature.result
+  types = ModelTypes(weights_type, *built["types"])
   aggregator = tff.aggregators.MeanFactory().create(
       weights_type.trainable, tff.TensorType(np.float32))
   return tff.learning.templates.compose_learning_process(
       initial_model_weights_fn,
       tff.learning.templates.build_broadcast_process(weights_type),
-      build_shard_client_work(model_fn, client_optimizer, jit_compile, batch_size),
+      build_shard_client_work(model_fn, client_optimizer, jit_compile, batch_size, types),
       aggregator,
       tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                              weights_type))
