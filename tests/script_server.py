@@ -341,6 +341,9 @@ class ScriptServer:
       answer = self._next_answer(timeout=60)
     if answer is None:
       raise RuntimeError("the script server did not start the child")
+    # An exit already recorded under this pid was an earlier child's whose pid
+    # the kernel has reused (the server answers a start before any exit of it).
+    self._exits.pop(answer["pid"], None)
     command = [sys.executable, *(["-m", module] if module else ["-c", code]), *args]
     process = ForkedProcess(self, answer["pid"], command, scratch)
     if pipes:  # In the order the child opens them (each open waits for the other end).
