@@ -50,7 +50,8 @@ Optimizer = tff.learning.optimizers.Optimizer
 @dataclasses.dataclass(frozen=True)
 class ModelTypes:
   """What a client work needs of a model besides building it in its own
-  computation: the weights' TFF type, the batches' spec, metric finalizers."""
+  computation: the weights' TFF type, the batches' spec, metric finalizers
+  (`build_sharded_process` takes them from the model of its initial weights)."""
   weights_type: Any
   input_spec: Any
   metric_finalizers: Dict[str, Callable]
@@ -177,21 +178,16 @@ def _shard_update_fn(model: tff.learning.models.VariableModel,
   return shard_update
 
 
-def build_shard_client_work(model_fn: ModelFn, client_optimizer: Optional[Optimizer],
-                            jit_compile: bool = False, batch_size: Optional[int] = None,
-                            types: Optional[ModelTypes] = None
+def build_shard_client_work(model_fn: ModelFn, types: ModelTypes,
+                            client_optimizer: Optional[Optimizer],
+                            jit_compile: bool = False, batch_size: Optional[int] = None
                             ) -> tff.learning.templates.ClientWorkProcess:
   """The client work of FedAvg (example-weighted; `client_optimizer` trains
   each client) or FedSGD (None) over shards of clients: each CLIENTS value is
   a `shard_dataset` (of batches of at most `batch_size`, when given: the full
-  ones train on static shapes). Its state is FedAvg's client optimizer
-  hparams, or FedSGD's `()`, as in TFF's client works. `types`: the model's,
-  when known (None: a model is built for them, in a graph of its own)."""
-  if types is None:
-    with tf.Graph().as_default():  # Only for the types: no variables leak out.
-      model = model_fn()
-      types = ModelTypes(tff.learning.models.weights_type_from_model(model),
-                         model.input_spec, model.metric_finalizers())
+  ones train on static shapes), `types` those of `model_fn`'s model. Its state
+  is FedAvg's client optimizer hparams, or FedSGD's `()`, as in TFF's client
+  works."""
   metrics_aggregation = tff.learning.metrics.sum_then_finalize(types.metric_finalizers)
   data_type = tff.SequenceType(tff.types.tensorflow_to_type(
       client_data.shard_spec(types.input_spec)))
@@ -261,7 +257,7 @@ def build_sharded_process(model_fn: ModelFn, server_optimizer: Optimizer,
   return tff.learning.templates.compose_learning_process(
       initial_model_weights_fn,
       tff.learning.templates.build_broadcast_process(weights_type),
-      build_shard_client_work(model_fn, client_optimizer, jit_compile, batch_size, types),
+      build_shard_client_work(model_fn, types, client_optimizer, jit_compile, batch_size),
       aggregator,
       tff.learning.templates.build_apply_optimizer_finalizer(server_optimizer,
                                                              weights_type))
