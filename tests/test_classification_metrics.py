@@ -1,5 +1,7 @@
 """MAP@R of retrieval among evaluation points, against a direct computation;
-P@k of a classifier through an approximate index, within the index's recall."""
+the class table's cosines (overall and within each client's classes) against
+pairwise ones; P@k of a classifier through an approximate index, within the
+index's recall."""
 
 import numpy as np
 import pytest
@@ -63,6 +65,24 @@ def test_mean_pairwise_cosine_is_the_mean_over_distinct_pairs():
       np.array([[1.0, 0.0], [-1.0, 0.0]])) == pytest.approx(-1.0)
 
 
+def test_client_class_cosine_is_the_mean_over_clients_of_their_pairs():
+  table = np.random.default_rng(1).normal(size=(9, 4)) * np.arange(1, 10)[:, None]
+  unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+  groups = [np.array([0, 3, 5]), np.array([7]), np.array([1, 2, 4, 8]), np.array([6, 0])]
+  expected = np.mean([(unit[g] @ unit[g].T)[np.triu_indices(len(g), 1)].mean()
+                      for g in groups if len(g) >= 2])  # The singleton has no pair.
+  assert classification_metrics.mean_cosine_within_groups(table, groups) == (
+      pytest.approx(expected))
+  # Each client's classes on one direction, the clients' directions orthogonal:
+  # collapsed within (1.0) while the whole table's mean cosine stays low.
+  folded = np.repeat(np.eye(4), 3, axis=0) * np.arange(1, 13)[:, None]
+  clients = [np.arange(3 * c, 3 * c + 3) for c in range(4)]
+  assert classification_metrics.mean_cosine_within_groups(folded, clients) == (
+      pytest.approx(1.0))
+  assert classification_metrics.mean_pairwise_cosine(folded) == pytest.approx(
+      4 * 3 * 2 / (12 * 11))
+  assert classification_metrics.mean_cosine_within_groups(table, [np.array([1])]) is None
+
 
 def test_p_at_k_through_an_approximate_index_is_within_its_recall():
   config = xc_encoder.XCEncoderConfig(num_features=60, num_labels=4000, bag_dim=16)
@@ -82,6 +102,12 @@ def test_p_at_k_through_an_approximate_index_is_within_its_recall():
                         for i in range(len(test))]
   exact = classification_metrics.evaluate_classifier(model, test)  # auto: 4,000 rows.
   assert not any(key.startswith("index_") for key in exact)
+  assert "client_class_cosine" not in exact  # No client groups given.
+  grouped = classification_metrics.evaluate_classifier(
+      model, test, class_groups=[np.array([3, 9]), np.array([5])])
+  table = xc_encoder.class_table(model).numpy()
+  assert grouped["client_class_cosine"] == pytest.approx(
+      table[3] @ table[9] / np.linalg.norm(table[3]) / np.linalg.norm(table[9]))
   assert exact["precision@3"] > 0.45
   approximate = classification_metrics.evaluate_classifier(
       model, test, index="approximate", calibration_points=calibration)

@@ -1,5 +1,6 @@
 """Label partitions, the synthetic XC generator and the XC task."""
 
+import dataclasses
 import os
 
 import numpy as np
@@ -7,10 +8,13 @@ import pytest
 import scipy.sparse
 import tensorflow as tf
 
+from fed_retrieval.evaluation import classification_metrics
 from fed_retrieval.models import xc_encoder
+from tasks.xc import family as xc_family
 from tasks.xc import partitions
 from tasks.xc import synthetic_xc
 from tasks.xc import xc_task
+from tasks.xc.settings import XCSettings
 
 LABELS = np.array([3, 1, 3, 0, 1, 1, 2, 3, 0, 2, 2, 2])
 
@@ -331,3 +335,24 @@ def test_clients_of_several_labels_carry_their_points_other_held_labels(tmp_path
   assert one.summary()["examples_with_other_held_labels"] == 0
   assert xc_task.fingerprint(task) != xc_task.fingerprint(
       task, task.example_points, task.example_labels)
+
+
+def test_a_multi_label_partitions_evaluation_reports_its_clients_class_cosine():
+  config = xc_task.XCTaskConfig(synthetic="xc_tiny", partition="k_labels_per_client",
+                                labels_per_client=3)
+  task = xc_task.build_xc_task(config)
+  groups = task.client_label_sets()
+  for client, labels in zip(task.clients.client_ids, groups):
+    np.testing.assert_array_equal(
+        labels, sorted(set(task.example_labels[task.clients.points(client)])))
+  assert max(len(g) for g in groups) == task.max_labels_per_client() == 3
+  model = xc_encoder.build_xc_classifier(
+      xc_encoder.XCEncoderConfig(task.num_features, task.num_labels), seed=0)
+  metrics = xc_family.evaluation(task)(model, "validation")
+  assert metrics["client_class_cosine"] == pytest.approx(
+      classification_metrics.mean_cosine_within_groups(
+          xc_encoder.class_table(model).numpy(), groups))
+  columns = dict(xc_family.XCFamily().columns(XCSettings(task=config)))
+  assert columns["client_class_cosine"] == "client class cosine"
+  one_label = XCSettings(task=dataclasses.replace(config, partition="one_label_per_client"))
+  assert "client_class_cosine" not in dict(xc_family.XCFamily().columns(one_label))

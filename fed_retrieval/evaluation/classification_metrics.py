@@ -77,13 +77,34 @@ def mean_pairwise_cosine(table: np.ndarray) -> float:
   return float((total @ total - count) / (count * (count - 1)))
 
 
+def mean_cosine_within_groups(table: np.ndarray, groups: Sequence[np.ndarray]
+                              ) -> Optional[float]:
+  """The mean, over the groups of >= 2 classes (each client's classes), of
+  the mean cosine between two distinct classes of the group; None when no
+  group has two. Paper 003's NegOnly collapse is local: a client's positives
+  never push each other, so they can fold onto one direction while the
+  table's `mean_pairwise_cosine` stays near 0. O(sum of group sizes x d)."""
+  groups = [np.asarray(g, np.int64) for g in groups if len(g) >= 2]
+  if not groups:
+    return None
+  table = np.asarray(table, np.float64)
+  unit = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
+  sizes = np.array([len(g) for g in groups], np.float64)
+  starts = np.concatenate([[0], np.cumsum(sizes[:-1])]).astype(np.int64)
+  totals = np.add.reduceat(unit[np.concatenate(groups)], starts, axis=0)
+  per_group = (np.einsum("gd,gd->g", totals, totals) - sizes) / (sizes * (sizes - 1))
+  return float(per_group.mean())
+
+
 def evaluate_classifier(model: tf.keras.Model, points: PaddedPoints,
                         ks: Sequence[int] = DEFAULT_KS, index: str = top_k_index.AUTO,
                         calibration_points: Optional[PaddedPoints] = None,
-                        target_recall: float = top_k_index.TARGET_RECALL
-                        ) -> Dict[str, Any]:
+                        target_recall: float = top_k_index.TARGET_RECALL,
+                        class_groups: Sequence[np.ndarray] = ()) -> Dict[str, Any]:
   """P@k and R@k of an XC classifier (`xc_encoder.build_xc_classifier`), and
-  its class table's `class_cosine` (`mean_pairwise_cosine`).
+  its class table's `class_cosine` (`mean_pairwise_cosine`) and, where
+  `class_groups` (each client's classes) has a group of two,
+  `client_class_cosine` (`mean_cosine_within_groups`).
 
   `index` (auto: by the number of classes, `top_k_index.resolve_kind`) finds
   the top k classes: brute force, or an approximate index calibrated to
@@ -96,6 +117,9 @@ def evaluate_classifier(model: tf.keras.Model, points: PaddedPoints,
   _, top = scoring.chunked_top_k(embeddings, unit_table, max(ks))
   top = top.numpy()
   metrics = {"class_cosine": mean_pairwise_cosine(table.numpy())}
+  within = mean_cosine_within_groups(table.numpy(), class_groups)
+  if within is not None:
+    metrics["client_class_cosine"] = within
   if top_k_index.resolve_kind(index, int(table.shape[0])) == "brute_force":
     return {**precision_recall_at_k(top, points.label_sets, ks), **metrics}
   if calibration_points is None:

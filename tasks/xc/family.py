@@ -129,16 +129,18 @@ def evaluation(task: XCTask, index: str = top_k_index.AUTO,
                target_recall: float = top_k_index.TARGET_RECALL
                ) -> Callable[[tf.keras.Model, str], Dict[str, Any]]:
   """evaluate(model, split): P@k over every class (the top k found by `index`,
-  an approximate one calibrated on the first 1,000 training points), or MAP@R
-  among unseen classes when the test classes are held out of training."""
+  an approximate one calibrated on the first 1,000 training points) with the
+  class table's cosines (over all classes, and within each client's), or
+  MAP@R among unseen classes when the test classes are held out of training."""
   splits = {"validation": task.validation, "test": task.test}
   if task.config.class_split == "disjoint":
     return lambda model, split: classification_metrics.evaluate_retrieval(
         model, splits[split])
   calibration = task.train.subset(np.arange(min(CALIBRATION_POINTS, len(task.train))))
+  groups = task.client_label_sets()
   return lambda model, split: classification_metrics.evaluate_classifier(
       model, splits[split], index=index, calibration_points=calibration,
-      target_recall=target_recall)
+      target_recall=target_recall, class_groups=groups)
 
 
 def most_frequent_labels_baseline(task: XCTask,
@@ -273,6 +275,8 @@ class XCFamily(family.TaskFamily):
       return [("map@r", "MAP@R"), ("recall@1", "R@1")]
     columns = [("precision@1", "P@1"), ("precision@3", "P@3"), ("precision@5", "P@5"),
                ("class_cosine", "class cosine")]
+    if settings.task.partition != "one_label_per_client":
+      columns.append(("client_class_cosine", "client class cosine"))
     if settings.index == "approximate":  # P@k through the index: its recall beside.
       columns.append(("index_recall@5", "index recall@5"))
     return columns

@@ -159,10 +159,14 @@ class XCTask:
     """Features per padded row: the batch shape the models are built for."""
     return self.train.feature_ids.shape[1]
 
+  def client_label_sets(self) -> List[np.ndarray]:
+    """The distinct training labels each client holds, in client order."""
+    return [np.unique(self.example_labels[self.clients.points(c)])
+            for c in self.clients.client_ids]
+
   def labels_per_client(self) -> np.ndarray:
-    """The distinct training labels of each client, in client order."""
-    return np.array([len(np.unique(self.example_labels[self.clients.points(c)]))
-                     for c in self.clients.client_ids])
+    """The number of distinct training labels of each client, in client order."""
+    return np.array([len(labels) for labels in self.client_label_sets()])
 
   def max_labels_per_client(self) -> int:
     """The most distinct training labels one client holds."""
