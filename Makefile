@@ -53,19 +53,20 @@ compare-xc-alt: $(STAMP)
 # The same on genuine XC-format files: by default the Bibtex development copy
 # beside the repository (XC_TRAIN=... XC_TEST=... for another set); FedAwS's
 # family (one label per client), then FedSS's (5 labels per client; labels
-# that share points with PARTITION=co_occurring_labels), each over three seeds.
+# that share points with PARTITION=co_occurring_labels), each over SEEDS.
 XC_TRAIN ?= ../shared/data/bibtex/bibtex_train.txt
 XC_TEST ?= ../shared/data/bibtex/bibtex_test.txt
 XC_FILES = --xc_train_path=$(XC_TRAIN) --xc_test_path=$(XC_TEST)
 PARTITION ?= k_labels_per_client
+SEEDS ?= 0,1,2
 
 compare-xc-real: $(STAMP)
-	$(PY) -m scripts.compare --task=xc $(XC_FILES) --seeds=0,1,2 \
+	$(PY) -m scripts.compare --task=xc $(XC_FILES) --seeds=$(SEEDS) \
 	    --output_dir=runs/compare_xc_real
 
 compare-xc-real-fedss: $(STAMP)
 	$(PY) -m scripts.compare --task=xc $(XC_FILES) --partition=$(PARTITION) \
-	    --algorithms=fedss,full_softmax,neg_only,pos_only --seeds=0,1,2 \
+	    --algorithms=fedss,full_softmax,neg_only,pos_only --seeds=$(SEEDS) \
 	    --output_dir=runs/compare_xc_real_fedss_$(PARTITION)
 
 compare-xc-fedss: $(STAMP)
