@@ -62,19 +62,27 @@ def instance_embeddings(model: tf.keras.Model, points: PaddedPoints,
       for i in range(0, len(points), batch_size)])
 
 
+def _unit_rows(table: np.ndarray) -> np.ndarray:
+  table = np.asarray(table, np.float64)
+  return table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
+
+
+def _mean_over_pairs(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+  """With unit rows u_i summed per group, the sum over i != j of u_i . u_j is
+  |sum_i u_i|^2 - n: each group's mean pairwise cosine in O(n d)."""
+  return (np.einsum("gd,gd->g", sums, sums) - counts) / (counts * (counts - 1))
+
+
 def mean_pairwise_cosine(table: np.ndarray) -> float:
   """The mean cosine between two distinct rows of a class table: near 1 when
   the classes have collapsed onto one direction (paper 000's positive-only
   training pulls every class toward its clients' instances), near 0 or below
-  when they are spread out. Exact in O(C d): with unit rows u_i,
-  sum over i != j of u_i . u_j = |sum_i u_i|^2 - C."""
-  table = np.asarray(table, np.float64)
-  unit = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
-  count = len(unit)
+  when they are spread out. Exact in O(C d)."""
+  count = len(table)
   if count < 2:
     raise ValueError(f"a mean pairwise cosine needs >= 2 classes, got {count}")
-  total = unit.sum(axis=0)
-  return float((total @ total - count) / (count * (count - 1)))
+  return float(_mean_over_pairs(_unit_rows(table).sum(axis=0)[None],
+                                np.array([count], np.float64))[0])
 
 
 def mean_cosine_within_groups(table: np.ndarray, groups: Sequence[np.ndarray]
@@ -87,13 +95,10 @@ def mean_cosine_within_groups(table: np.ndarray, groups: Sequence[np.ndarray]
   groups = [np.asarray(g, np.int64) for g in groups if len(g) >= 2]
   if not groups:
     return None
-  table = np.asarray(table, np.float64)
-  unit = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
   sizes = np.array([len(g) for g in groups], np.float64)
   starts = np.concatenate([[0], np.cumsum(sizes[:-1])]).astype(np.int64)
-  totals = np.add.reduceat(unit[np.concatenate(groups)], starts, axis=0)
-  per_group = (np.einsum("gd,gd->g", totals, totals) - sizes) / (sizes * (sizes - 1))
-  return float(per_group.mean())
+  sums = np.add.reduceat(_unit_rows(table)[np.concatenate(groups)], starts, axis=0)
+  return float(_mean_over_pairs(sums, sizes).mean())
 
 
 def evaluate_classifier(model: tf.keras.Model, points: PaddedPoints,

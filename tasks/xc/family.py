@@ -137,7 +137,8 @@ def evaluation(task: XCTask, index: str = top_k_index.AUTO,
     return lambda model, split: classification_metrics.evaluate_retrieval(
         model, splits[split])
   calibration = task.train.subset(np.arange(min(CALIBRATION_POINTS, len(task.train))))
-  groups = task.client_label_sets()
+  # Clients of two or more classes, found once rather than at every evaluation.
+  groups = [labels for labels in task.client_label_sets() if len(labels) > 1]
   return lambda model, split: classification_metrics.evaluate_classifier(
       model, splits[split], index=index, calibration_points=calibration,
       target_recall=target_recall, class_groups=groups)
