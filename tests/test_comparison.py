@@ -137,7 +137,7 @@ def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
   task = types.SimpleNamespace(federated_train=sequence_examples.Examples(
       users, np.zeros((users.size, 2), np.int32), np.ones(users.size, np.int32)))
   loop = LoopConfig(clients_per_round=2, max_local_steps=2, eval_every=5, rounds=31,
-                    min_passes=3.0, min_rounds=20, patience=4)
+                    min_passes=3.0, min_rounds=20, patience=4, report_model="maximum")
   settings = MovieLensSettings(task=None, loop=loop)
   # A round: 2 clients of the mean of min(n, 2 * 16) = (10 + 32 + 32) / 3 examples.
   per_round = 2 * 74 / 3
@@ -146,7 +146,7 @@ def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
   matched = movielens_family.with_federated_schedule(settings, task)
   assert matched.eval_every_steps == round(5 * per_round / 16) == 15
   assert matched.steps == round(31 * per_round / 16) == 96
-  assert matched.patience == 4 and matched.batch_size == 16
+  assert (matched.patience, matched.report_model, matched.batch_size) == (4, "maximum", 16)
   # The minimum: 3 passes of 3 users at 2 a round = 5 rounds' examples (the
   # federated minimum of 20 rounds is of server steps, not examples).
   assert matched.min_passes == pytest.approx(5 * per_round / 150)

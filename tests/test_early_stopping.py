@@ -2,6 +2,7 @@
 and inside Keras fit."""
 
 import csv
+import dataclasses
 
 import numpy as np
 import pytest
@@ -80,6 +81,19 @@ def test_stops_patience_evaluations_after_the_best_beyond_noise():
   assert not rule.should_stop(curve[:8])  # Patience is over, but 40 is a record.
 
 
+def test_the_maximum_is_reported_and_the_stop_is_the_last_gains():
+  # Round 40's 0.31 is within the noise of round 20's 0.30: no gain, so
+  # patience counts from round 20 under both rules, but it is the maximum.
+  gains, maximum = (StoppingRule(patience=4, min_improvement_se=1.5, report_model=r)
+                    for r in ("last_gain", "maximum"))
+  curve = curve_of(gains, VALUES)
+  assert curve_of(maximum, VALUES) == curve
+  assert (gains.best(curve).step, maximum.best(curve).step) == (20, 40)
+  assert stopping_step(maximum, curve) == stopping_step(gains, curve) == 45
+  # Of equal values the first is reported (30 ties 20 at 0.30).
+  assert maximum.best(curve[:6]).step == 20
+
+
 def test_a_jump_after_a_dip_is_a_new_best_not_a_stop():
   # The FedAwS curve on Delicious that the trailing means stopped at its jump.
   rule = StoppingRule(patience=4, smoothing=3)
@@ -112,39 +126,52 @@ def test_no_patience_never_stops():
 @pytest.mark.parametrize("seed", range(20))
 def test_a_stopped_run_never_reports_its_last_evaluation(seed, tmp_path):
   """Noisy curves of 300 validation points (a latent P@1 that rises, then
-  plateaus or decays): wherever a run stops before its cap, the evaluation it
-  reports lies `patience` evaluations back."""
+  plateaus or decays): wherever a run stops before its cap, the last gain
+  lies `patience` evaluations back; reporting the maximum instead moves
+  neither a gain nor the stop."""
   rng = np.random.default_rng(seed)
   model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(1,))])
   rule = StoppingRule(patience=int(rng.integers(1, 6)), smoothing=int(rng.integers(1, 4)))
-  curve = validation_curve.ValidationCurve(rule, str(tmp_path), [], min_step=10)
+  curve = validation_curve.ValidationCurve(rule, str(tmp_path / "gain"), [], min_step=10)
+  maximum = validation_curve.ValidationCurve(
+      dataclasses.replace(rule, report_model="maximum"), str(tmp_path / "max"), [],
+      min_step=10)
   latent = np.minimum(np.linspace(0.1, 0.9, 40), rng.uniform(0.3, 0.6))
   latent -= np.linspace(0, rng.uniform(0, 0.2), 40)
   difficulty = rng.uniform(size=300)
   for step, level in enumerate(latent, 1):
     noise = rng.normal(0, 0.05, 300)
     hits = (difficulty + noise < level).astype(float)
-    curve.record(step, {"p": hits.mean(), units.UNITS: units.per_point(hits)}, "p", model)
+    for kept in (curve, maximum):
+      kept.record(step, {"p": hits.mean(), units.UNITS: units.per_point(hits)}, "p", model)
+    assert maximum.curve == curve.curve
+    assert maximum.should_stop(step) == curve.should_stop(step)
+    values = [e.value for e in curve.curve]
+    assert maximum.best_step == curve.curve[int(np.argmax(values))].step
     if curve.should_stop(step):
       assert step >= 10
       assert curve.best_step <= step - rule.patience
-      assert curve.latest <= max(e.value for e in curve.curve[:-1])
+      assert curve.latest <= max(values[:-1])
       break
 
 
 @pytest.mark.parametrize("kwargs,message", [({"patience": 0}, "--patience must be >= 1"),
                                             ({"min_improvement_se": -1},
                                              "--min_improvement_se"),
-                                            ({"smoothing": 0}, "--smoothing")])
+                                            ({"smoothing": 0}, "--smoothing"),
+                                            ({"report_model": "best"}, "--report_model")])
 def test_bad_rules_name_the_flag(kwargs, message):
   with pytest.raises(ValueError, match=message):
     StoppingRule(**kwargs)
 
 
-def test_keras_callback_stops_and_keeps_the_best_weights(tmp_path):
+@pytest.mark.parametrize("report_model,reported", [("last_gain", 20), ("maximum", 40)])
+def test_keras_callback_stops_and_keeps_the_reported_weights(report_model, reported,
+                                                             tmp_path):
   """The callback evaluates after each Keras epoch (here: a hand-made curve
-  indexed by the step), stops on the rule past the minimum, and the best
-  weights and units are saved and read back on resume."""
+  indexed by the step), stops on the rule past the minimum, keeps the weights
+  of the model the rule reports, and reads the last gain's units back on
+  resume."""
   model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
   model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
   values = dict(VALUES)
@@ -157,7 +184,8 @@ def test_keras_callback_stops_and_keeps_the_best_weights(tmp_path):
 
   metrics_path = str(tmp_path / "metrics.csv")
   callback = centralized_loop.ValidationAndStopping(
-      evaluate, StoppingRule(patience=3, min_improvement_se=1.5), "val", "global_recall@10", steps_per_epoch=5,
+      evaluate, StoppingRule(patience=3, min_improvement_se=1.5, report_model=report_model),
+      "val", "global_recall@10", steps_per_epoch=5,
       batch_size=4, min_steps=50, metrics_path=metrics_path, label="test", epochs=12,
       output_dir=str(tmp_path))
   data = tf.data.Dataset.from_tensor_slices(
@@ -165,8 +193,8 @@ def test_keras_callback_stops_and_keeps_the_best_weights(tmp_path):
   model.fit(data, epochs=12, steps_per_epoch=5, verbose=0, callbacks=[callback])
   # The rule would stop at 45; the minimum budget (50 steps) holds it to 50.
   assert [e.step for e in callback.curve.curve] == list(range(5, 55, 5))
-  assert callback.curve.restore_best(model) == 20
-  np.testing.assert_array_equal(model.get_weights()[0], weights_at[20])
+  assert callback.curve.restore_best(model) == reported
+  np.testing.assert_array_equal(model.get_weights()[0], weights_at[reported])
   with open(metrics_path) as f:
     rows = list(csv.DictReader(f))
   assert [float(r["val_global_recall@10"]) for r in rows] == [v for _, v in VALUES[:10]]
@@ -175,9 +203,9 @@ def test_keras_callback_stops_and_keeps_the_best_weights(tmp_path):
   # A resumed run (Keras epoch 6 onwards) reads the earlier curve back, and
   # its next evaluation is measured against round 20's units.
   resumed = centralized_loop.ValidationAndStopping(
-      evaluate, StoppingRule(patience=3, min_improvement_se=1.5), "val", "global_recall@10", 5, 4, 50,
-      metrics_path, "test", 12, str(tmp_path))
+      evaluate, StoppingRule(patience=3, min_improvement_se=1.5, report_model=report_model),
+      "val", "global_recall@10", 5, 4, 50, metrics_path, "test", 12, str(tmp_path))
   resumed.on_epoch_begin(6)
   assert resumed.curve.curve == curve_of(StoppingRule(min_improvement_se=1.5), VALUES[:6])
-  assert not resumed.curve.rule.improves(first_hits(0.31),
-                                         resumed.curve._best_units)  # pylint: disable=protected-access
+  assert not resumed.curve.rule.improves(
+      first_hits(0.31), resumed.curve._last_gain_units)  # pylint: disable=protected-access

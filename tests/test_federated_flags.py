@@ -73,6 +73,14 @@ def test_xla_needs_shards_of_clients():
         "error"].startswith("--client_jit_compile: only shards of clients")
 
 
+def test_the_stopping_rule_reaches_the_centralized_references():
+  config = resolved("--task=xc", "--report_model=maximum", "--patience=3")
+  for loop in (config["loop"], config["centralized"]):
+    assert (loop["report_model"], loop["patience"]) == ("maximum", 3)
+  assert resolved("--task=xc")["centralized"]["report_model"] is None  # last_gain
+  assert resolved("--report_model=maximum")["report_model"] == "maximum"
+
+
 def test_pu_keeps_its_loop_and_sizes_local_work_unless_given():
   config = resolved("--task=pu")
   assert config["fedavg"]["server_epsilon"] is None  # Server SGD.

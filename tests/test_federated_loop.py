@@ -64,20 +64,25 @@ def test_a_dp_run_reports_epsilon_every_round(tff_context, cache_dir, tmp_path):
   assert len({r["train_num_examples"] for r in rows}) > 1
 
 
+@pytest.mark.parametrize("report_model", ["last_gain", "maximum"])
 def test_early_stopping_reports_the_best_round_and_resumes_stopped(
-    tff_context, cache_dir, tmp_path):
+    report_model, tff_context, cache_dir, tmp_path):
   """min_improvement_se 1e9: no evaluation can beat the first, so with
   patience 2 the run stops at the first evaluation from round 6 on that is no
-  record of the curve, and reports round 2's model."""
+  record of the curve, and reports round 2's model (last_gain) or its
+  curve's maximum's."""
   task = small_task(cache_dir)
   config = dict(rounds=20, clients_per_round=5, eval_every=2, checkpoint_every=4,
-                min_passes=0.0, min_rounds=0, patience=2, min_improvement_se=1e9)
+                min_passes=0.0, min_rounds=0, patience=2, min_improvement_se=1e9,
+                report_model=report_model)
   results = train_movielens(task, str(tmp_path), "global_softmax", **config)
   with open(os.path.join(tmp_path, "metrics.csv")) as f:
     rows = list(csv.DictReader(f))
   curve = [float(r["val_global_recall@10"]) for r in rows if r["val_global_recall@10"]]
   stop = next(2 * (i + 1) for i in range(2, len(curve)) if curve[i] <= max(curve[:i]))
-  assert (results["rounds"], results["best_round"]) == (stop, 2)
+  maximum = 2 * (int(np.argmax(curve)) + 1)
+  assert (results["rounds"], results["best_round"]) == (
+      stop, 2 if report_model == "last_gain" else maximum)
   assert [r["val_improved"] for r in rows if r["val_improved"]] == (
       ["1"] + ["0"] * (len(curve) - 1))
   assert [int(r["round"]) for r in rows] == list(range(1, stop + 1))

@@ -7,7 +7,7 @@ task families build the jobs.
 The output directory holds `run_config.json`, `metrics.csv` and `tensorboard/`
 (training loss and validation recall at every evaluation), `backup/` (Keras
 BackupAndRestore: a killed run resumes from its last finished evaluation),
-`best/` (the best evaluated weights when stopping early), `checkpoint/` (the
+`best/` (the reported evaluation's weights when stopping early), `checkpoint/` (the
 reported weights), `export/` and `results.json`.
 """
 
@@ -35,8 +35,8 @@ class CentralizedConfig:
   """How a centralized run is trained: the optimizer, and the budget of
   `steps` batches or else `epochs` passes, evaluated every `eval_every_steps`
   (default: once a pass). With `patience` > 0 a run stops that many
-  evaluations after its best (`early_stopping`), not before `min_passes`, and
-  reports the best model; with 0 it trains the whole budget and reports the
+  evaluations after its last gain (`early_stopping`), not before `min_passes`,
+  and reports the evaluated model the rule names; with 0 it trains the whole budget and reports the
   final model."""
   optimizer: str = "adam"
   learning_rate: float = 0.01
@@ -48,6 +48,7 @@ class CentralizedConfig:
   patience: int = 0
   min_improvement_se: float = 1.0
   smoothing: int = 1
+  report_model: Optional[str] = None  # None: last_gain (runs made before it).
   steps_per_execution: int = 100
   seed: int = 0
   # Each batch's step compiled with XLA; None: the family's choice.
@@ -57,12 +58,11 @@ class CentralizedConfig:
     for name in ("epochs", "steps", "eval_every_steps"):
       if getattr(self, name) is not None and getattr(self, name) < 1:
         raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-    self.stopping_rule  # Validates --patience, --min_improvement_se, --smoothing.
+    self.stopping_rule  # Validates the stopping flags.
 
   @property
   def stopping_rule(self) -> early_stopping.StoppingRule:
-    return early_stopping.StoppingRule.from_flags(self.patience, self.min_improvement_se,
-                                                  self.smoothing)
+    return early_stopping.StoppingRule.from_flags(**early_stopping.stopping_fields(self))
 
 
 def training_schedule(num_examples: int, batch_size: int, epochs: Optional[int],
@@ -86,8 +86,8 @@ def training_schedule(num_examples: int, batch_size: int, epochs: Optional[int],
 
 class ValidationAndStopping(tf.keras.callbacks.Callback):
   """At each Keras epoch's end: evaluates the validation split, logs it, keeps
-  the best weights (`validation_curve`), and stops training when the stopping
-  rule says so, past `min_steps`.
+  the reported model's weights (`validation_curve`), and stops training when
+  the stopping rule says so, past `min_steps`.
 
   It writes metrics.csv (a row an evaluation: the epoch, the training loss,
   the examples seen, the curve's split's metrics prefixed by its name); a

@@ -21,6 +21,7 @@ from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.algorithms.optimizers import OPTIMIZER_NAMES
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.training import client_sampling
+from fed_retrieval.training import early_stopping
 from fed_retrieval.training.run_flags import BATCH_SIZE
 from fed_retrieval.training.run_flags import SEED
 from fed_retrieval.training.loop_config import LOOP_DEFAULTS
@@ -98,14 +99,20 @@ CHECKPOINT_EVERY = flags.DEFINE_integer(
     f"Save the server state every N rounds {_family_defaults('checkpoint_every')}.")
 PATIENCE = flags.DEFINE_integer(
     "patience", None,
-    "Stop once this many validation evaluations followed the best one, never at "
-    "a new best (0: train the whole cap); the best evaluated model is reported "
+    "Stop once this many validation evaluations followed the last gain, never at "
+    "a new best (0: train the whole cap); the model --report_model names is reported "
     f"{_family_defaults('patience')}.")
 MIN_IMPROVEMENT_SE = flags.DEFINE_float(
     "min_improvement_se", None,
-    "An evaluation becomes the best when it beats the best by more than this many "
-    "standard errors of the difference, paired over the validation points or "
+    "An evaluation is a gain (--patience counts from the last) when it beats the "
+    "last gain by more than this many standard errors of the difference, paired "
+    "over the validation points or "
     f"users {_family_defaults('min_improvement_se')}.")
+REPORT_MODEL = flags.DEFINE_enum(
+    "report_model", None, list(early_stopping.REPORTED_MODELS),
+    "The model a converged run reports: last_gain, its last evaluation beyond the "
+    "noise of the one before (where --patience counts from); maximum, its highest "
+    f"validation value {_family_defaults('report_model')}.")
 SMOOTHING = flags.DEFINE_integer(
     "smoothing", None,
     "Also wait until the trailing mean of this many validation evaluations has "
@@ -217,7 +224,8 @@ LOOP_FLAGS = ("Federated training", None, (
     ALGORITHM, ALGORITHMS, ROUNDS, MAX_PASSES, MIN_PASSES, MIN_ROUNDS, CLIENTS_PER_ROUND,
     CLIENTS_FRACTION, CLIENT_SAMPLING, CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS,
     CLIENT_LEARNING_RATE, SERVER_OPTIMIZER, SERVER_LEARNING_RATE, EVAL_EVERY,
-    CHECKPOINT_EVERY, PATIENCE, MIN_IMPROVEMENT_SE, SMOOTHING, MAX_WORKER_RESTARTS,
+    CHECKPOINT_EVERY, PATIENCE, MIN_IMPROVEMENT_SE, REPORT_MODEL, SMOOTHING,
+    MAX_WORKER_RESTARTS,
     WORKERS, TRUSTED_NETWORK))
 FEDAVG_FLAGS = ("FedAvg and FedSGD", ("movielens", "pu"), (
     CLIENT_OPTIMIZER, SERVER_LEARNING_RATE_HALF_LIFE, SERVER_EPSILON, CLIENT_JIT_COMPILE))
@@ -248,7 +256,8 @@ def loop_from_flags(defaults: LoopConfig) -> LoopConfig:
   changes = _given_fields(defaults, (
       ROUNDS, MAX_PASSES, MIN_PASSES, MIN_ROUNDS, CLIENTS_PER_ROUND, CLIENTS_FRACTION,
       CLIENT_SAMPLING, CLIENT_SHARDS, LOCAL_EPOCHS, MAX_LOCAL_STEPS, BATCH_SIZE,
-      EVAL_EVERY, CHECKPOINT_EVERY, PATIENCE, MIN_IMPROVEMENT_SE, SMOOTHING, SEED))
+      EVAL_EVERY, CHECKPOINT_EVERY, PATIENCE, MIN_IMPROVEMENT_SE, REPORT_MODEL, SMOOTHING,
+      SEED))
   if changes.get("max_local_steps") == 0:
     changes["max_local_steps"] = None
   if changes.get("clients_fraction") == 0 or (

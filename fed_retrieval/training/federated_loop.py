@@ -12,7 +12,8 @@ Convergence: the run stops when the job's monitored validation metric
 for `patience` evaluations (`early_stopping.StoppingRule`, kept by
 `validation_curve`), but not before `min_passes` expected visits per client
 and `min_rounds` rounds, or at its cap (`rounds`, or `max_passes` visits); it
-reports and exports the model of the best evaluation. With `patience` 0 it
+reports and exports the evaluated model the rule names (`report_model`: the
+last gain beyond the noise, or the validation maximum). With `patience` 0 it
 trains the whole cap and reports the final model.
 
 Checkpoints appear whole or not at all, and an unreadable one is set aside

@@ -7,8 +7,8 @@ visits `clients_per_round` of them, or `clients_fraction` of every client up
 to `clients_per_round` once the clients are known, `for_clients`): at least
 `min_passes` and `min_rounds` (the stopping rule ends no run before either),
 at most `max_passes`, or `rounds` rounds when given.
-Between them a run stops `patience` evaluations after its best
-(`early_stopping`).
+Between them a run stops `patience` evaluations after its last gain beyond
+the noise (`early_stopping`).
 """
 
 import dataclasses
@@ -45,6 +45,7 @@ class LoopConfig:
   patience: int = 5
   min_improvement_se: float = 1.0
   smoothing: int = 1
+  report_model: Optional[str] = None  # None: last_gain (runs made before it).
   seed: int = 0
 
   def __post_init__(self):
@@ -64,11 +65,10 @@ class LoopConfig:
     if self.clients_fraction is not None and not 0 < self.clients_fraction <= 1:
       raise ValueError(f"--clients_fraction must be in (0, 1], got {self.clients_fraction}")
     client_sampling.check_client_sampling(self.client_sampling)
-    self.stopping_rule()  # Validates --patience, --min_improvement_se, --smoothing.
+    self.stopping_rule()  # Validates the stopping flags.
 
   def stopping_rule(self) -> early_stopping.StoppingRule:
-    return early_stopping.StoppingRule.from_flags(self.patience, self.min_improvement_se,
-                                                  self.smoothing)
+    return early_stopping.StoppingRule.from_flags(**early_stopping.stopping_fields(self))
 
   def for_clients(self, num_clients: int) -> "LoopConfig":
     """This loop on `num_clients` clients: `clients_per_round` a count."""

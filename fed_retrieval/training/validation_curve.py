@@ -1,11 +1,12 @@
 """A run's validation curve and its best model, as every training loop keeps them.
 
 `ValidationCurve` takes each evaluation (the job's metrics with the `Units` of
-the monitored one), asks the stopping rule whether it improved on the best,
-saves the best model's weights and units under the run's `best/` directory,
-and says when the run may stop: never before `min_step` (the minimum budget),
-then as the rule says. A resumed run rebuilds the curve from its metrics file
-(the `improved` column) and reads the best's units back from `best/`.
+the monitored one), asks the stopping rule whether it is a gain on the last
+gain (whose units it keeps under the run's `best/` directory), saves the
+weights of the model the rule would report there, and says when the run may
+stop: never before `min_step` (the minimum budget), then as the rule says. A
+resumed run rebuilds the curve from its metrics file (the `improved` column)
+and reads the last gain's units back from `best/`.
 """
 
 import csv
@@ -21,7 +22,7 @@ from fed_retrieval.evaluation.units import Units
 from fed_retrieval.training.early_stopping import Evaluation
 
 BEST_WEIGHTS = os.path.join("best", "weights")
-IMPROVED = "improved"  # The metrics column (0/1) that records improvements.
+IMPROVED = "improved"  # The metrics column (0/1) that records gains.
 
 
 def _units_path(output_dir: str, step: int) -> str:
@@ -45,7 +46,7 @@ def read_curve(metrics_path: str, prefix: str, monitored: str,
 
 
 class ValidationCurve:
-  """The curve of one run: evaluations, the best one and the stop."""
+  """The curve of one run: evaluations, the reported one and the stop."""
 
   def __init__(self, rule: early_stopping.StoppingRule, output_dir: str,
                curve: List[Evaluation], min_step: int = 0):
@@ -53,10 +54,11 @@ class ValidationCurve:
     self.curve = list(curve)
     self._output_dir = output_dir
     self._min_step = min_step
-    self._best_units: Optional[Units] = None
+    self._last_gain_units: Optional[Units] = None
     if any(e.improved for e in self.curve):
-      with np.load(_units_path(output_dir, self.best_step)) as saved:
-        self._best_units = Units(saved["numerators"], saved["weights"])
+      last_gain = self.curve[rule.last_gain(self.curve)].step
+      with np.load(_units_path(output_dir, last_gain)) as saved:
+        self._last_gain_units = Units(saved["numerators"], saved["weights"])
 
   @property
   def best_step(self) -> int:
@@ -68,16 +70,17 @@ class ValidationCurve:
 
   def record(self, step: int, evaluation: Dict[str, Any], monitored: str,
              model: tf.keras.Model) -> Dict[str, float]:
-    """Adds an evaluation of `model` at `step`; keeps the model if it is the
-    new best. Returns its metrics with `improved` (0/1)."""
+    """Adds an evaluation of `model` at `step`; keeps the model if the rule
+    would now report it. Returns its metrics with `improved` (0/1: a gain)."""
     metrics, units = units_lib.split_units(evaluation)
     if units is None:
       raise ValueError(f"the evaluation of {monitored} returned no units")
-    improved = self.rule.improves(units, self._best_units)
+    improved = self.rule.improves(units, self._last_gain_units)
     self.curve.append(Evaluation(step, metrics[monitored], improved))
-    if improved:
-      self._best_units = units
+    if self.rule.best(self.curve) is self.curve[-1]:
       model.save_weights(os.path.join(self._output_dir, BEST_WEIGHTS))
+    if improved:
+      self._last_gain_units = units
       os.makedirs(os.path.dirname(_units_path(self._output_dir, step)), exist_ok=True)
       np.savez(_units_path(self._output_dir, step), numerators=units.numerators,
                weights=units.weights)
@@ -88,7 +91,7 @@ class ValidationCurve:
     return step >= self._min_step and self.rule.should_stop(self.curve)
 
   def restore_best(self, model: tf.keras.Model) -> int:
-    """Loads the best evaluation's weights into `model`; returns its step."""
+    """Loads the reported evaluation's weights into `model`; returns its step."""
     model.load_weights(os.path.join(self._output_dir, BEST_WEIGHTS))
     return self.best_step
 

@@ -24,6 +24,7 @@ from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.evaluation import retrieval_evaluation
 from fed_retrieval.models import dual_encoder
+from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training.centralized_loop import CentralizedConfig
 from fed_retrieval.training.centralized_loop import CentralizedJob
@@ -251,9 +252,8 @@ def with_federated_schedule(settings: MovieLensSettings, task: MovieLensTask
   steps = lambda rounds: max(1, round(rounds * per_round / loop.batch_size))
   cap, minimum = dataclasses.replace(loop, min_rounds=0).round_budget(
       task.federated_train.num_users)
-  changes = dict(batch_size=loop.batch_size, patience=loop.patience,
-                 min_improvement_se=loop.min_improvement_se, smoothing=loop.smoothing,
-                 seed=loop.seed)
+  changes = dict(batch_size=loop.batch_size, seed=loop.seed,
+                 **early_stopping.stopping_fields(loop))
   if centralized.min_passes is None:
     changes["min_passes"] = minimum * per_round / len(task.federated_train)
   if centralized.eval_every_steps is None:

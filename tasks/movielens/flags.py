@@ -8,6 +8,7 @@ from absl import flags
 
 from fed_retrieval.algorithms import fedavg
 from fed_retrieval.algorithms import fedss
+from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_flags
 from losses import registry
 from losses import spreadout
@@ -204,12 +205,9 @@ def settings_from_flags() -> MovieLensSettings:
   loop = federated_flags.loop_from_flags(LOOP_DEFAULTS["movielens"])
   centralized = dataclasses.replace(ml_settings.CENTRALIZED_DEFAULTS,
                                     batch_size=loop.batch_size, seed=loop.seed)
-  given = lambda holder: flags.FLAGS[holder.name].present
   centralized = dataclasses.replace(centralized, **{
-      field: getattr(loop, field) for field, holder in (
-          ("patience", federated_flags.PATIENCE),
-          ("min_improvement_se", federated_flags.MIN_IMPROVEMENT_SE),
-          ("smoothing", federated_flags.SMOOTHING)) if given(holder)})
+      field: getattr(loop, field) for field in early_stopping.STOPPING_FIELDS
+      if flags.FLAGS[field].present})
   fedavg_config = federated_flags.fedavg_from_flags(ml_settings.FEDAVG_DEFAULTS)
   if algorithm in fedavg.ALGORITHMS:
     fedavg_config = dataclasses.replace(fedavg_config, algorithm=algorithm)

@@ -6,6 +6,7 @@ from absl import flags
 
 from fed_retrieval import index_flags
 from fed_retrieval.algorithms import fedaws
+from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_flags
 from tasks import task_flags
 from tasks.xc import partitions
@@ -123,9 +124,7 @@ def settings_from_flags() -> XCSettings:
       fedaws=federated_flags.fedaws_from_flags(), fedss=federated_flags.fedss_from_flags(),
       dp=federated_flags.dp_from_flags(), loop=loop,
       centralized=dataclasses.replace(
-          REFERENCE_DEFAULTS, patience=loop.patience,
-          min_improvement_se=loop.min_improvement_se, smoothing=loop.smoothing,
-          seed=loop.seed),
+          REFERENCE_DEFAULTS, seed=loop.seed, **early_stopping.stopping_fields(loop)),
       references=CENTRALIZED_REFERENCES.value,
       reference_architectures=tuple(XC_REFERENCE_ARCHITECTURES.value),
       index=index_flags.INDEX.value, index_recall=index_flags.INDEX_RECALL.value)
