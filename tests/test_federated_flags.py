@@ -78,7 +78,8 @@ def test_the_stopping_rule_reaches_the_centralized_references():
   for loop in (config["loop"], config["centralized"]):
     assert (loop["report_model"], loop["patience"]) == ("maximum", 3)
   assert resolved("--task=xc")["centralized"]["report_model"] is None  # last_gain
-  assert resolved("--report_model=maximum")["report_model"] == "maximum"
+  assert resolved()["report_model"] == "maximum"  # MovieLens's default.
+  assert resolved("--report_model=last_gain")["report_model"] == "last_gain"
 
 
 def test_pu_keeps_its_loop_and_sizes_local_work_unless_given():
