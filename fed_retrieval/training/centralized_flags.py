@@ -1,8 +1,8 @@
 """absl flags of the scripts that train centralized runs (compare,
 train_centralized): `centralized_from_flags` keeps a family's centralized
 defaults for every flag not given. The stopping flags (--patience,
---min_improvement_se, --smoothing, --report_model) are the loop's, which each family applies
-to its centralized runs."""
+--min_improvement_se, --smoothing, --report_model) are the loop's, which each
+family applies to its centralized runs."""
 
 import dataclasses
 

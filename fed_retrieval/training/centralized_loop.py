@@ -7,8 +7,8 @@ task families build the jobs.
 The output directory holds `run_config.json`, `metrics.csv` and `tensorboard/`
 (training loss and validation recall at every evaluation), `backup/` (Keras
 BackupAndRestore: a killed run resumes from its last finished evaluation),
-`best/` (the reported evaluation's weights when stopping early), `checkpoint/` (the
-reported weights), `export/` and `results.json`.
+`best/` (the reported evaluation's weights when stopping early),
+`checkpoint/` (the reported weights), `export/` and `results.json`.
 """
 
 import csv
@@ -36,8 +36,8 @@ class CentralizedConfig:
   `steps` batches or else `epochs` passes, evaluated every `eval_every_steps`
   (default: once a pass). With `patience` > 0 a run stops that many
   evaluations after its last gain (`early_stopping`), not before `min_passes`,
-  and reports the evaluated model the rule names; with 0 it trains the whole budget and reports the
-  final model."""
+  and reports the evaluated model the rule names; with 0 it trains the whole
+  budget and reports the final model."""
   optimizer: str = "adam"
   learning_rate: float = 0.01
   batch_size: int = 16

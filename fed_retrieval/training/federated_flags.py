@@ -110,9 +110,10 @@ MIN_IMPROVEMENT_SE = flags.DEFINE_float(
     f"users {_family_defaults('min_improvement_se')}.")
 REPORT_MODEL = flags.DEFINE_enum(
     "report_model", None, list(early_stopping.REPORTED_MODELS),
-    "The model a converged run reports: last_gain, its last evaluation beyond the "
-    "noise of the one before (where --patience counts from); maximum, its highest "
-    f"validation value {_family_defaults('report_model')}.")
+    "The model a converged run reports: last_gain, its last gain beyond the noise "
+    "(where --patience counts from); maximum, its highest validation value, which "
+    "a curve rising in steps within the noise reaches after its last gain "
+    "(default: movielens maximum, otherwise last_gain).")
 SMOOTHING = flags.DEFINE_integer(
     "smoothing", None,
     "Also wait until the trailing mean of this many validation evaluations has "
