@@ -110,9 +110,10 @@ def help_text(doc: str, own_flags: Sequence[flags.Flag],
       flag_lines += [f"{title}:"] + [_flag_line(flag) for flag in flag_list]
       shown.update(flag.name for flag in flag_list)
   flag_lines.append("")
-  if other_tasks:
-    flag_lines.append(f"The flags of another task: --task={'|'.join(other_tasks)} --help.")
-  flag_lines.append("Every flag, TensorFlow's too: --helpfull.")
+  helpfull = "TensorFlow's too: --helpfull."  # One line: --help stays under the cap.
+  flag_lines.append(
+      f"Another task's flags: --task={'|'.join(other_tasks)} --help; every flag, {helpfull}"
+      if other_tasks else f"Every flag, {helpfull}")
   usage = doc.strip().splitlines()
   if len(usage) + len(flag_lines) > MAX_HELP_LINES:
     examples = [i for i, line in enumerate(usage) if line.lstrip().startswith("python -m")]
