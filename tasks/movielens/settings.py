@@ -31,10 +31,10 @@ FEDAVG_DEFAULTS = FedAvgConfig(client_learning_rate=None, server_optimizer="adam
                                       server_learning_rate=0.05, server_epsilon=1e-4)
 # A comparison's centralized runs take the federated runs' clock where unset
 # (`family.with_federated_schedule`); train_centralized one pass, no stopping
-# (given --patience, it reports the validation maximum, as the loop does).
-CENTRALIZED_DEFAULTS = CentralizedConfig(optimizer="adam", learning_rate=0.01,
-                                         batch_size=16, epochs=None, min_passes=None,
-                                         patience=0, report_model="maximum")
+# (given --patience, it reports the model the federated loop would).
+CENTRALIZED_DEFAULTS = CentralizedConfig(
+    optimizer="adam", learning_rate=0.01, batch_size=16, epochs=None, min_passes=None,
+    patience=0, report_model=LOOP_DEFAULTS["movielens"].report_model)
 LOSSES = ("batch_softmax", "batch_softmax_spreadout", "hinge_spreadout",
           "global_softmax")
 SPLITS = ("example", "user")
