@@ -221,15 +221,16 @@ def load_export(export_dir: str,
 def export_xc_classifier(model: tf.keras.Model, config: XCEncoderConfig,
                          export_dir: str) -> str:
   """An XC classifier for serving: `instance_tower/` (Keras: (feature ids + 1,
-  values) [B, F] -> unit embeddings [B, D]), `class_embeddings.npy` (unit rows
-  [C, D]; scores are their dot products), `export.json` (the model config).
-  The directory appears whole or not at all."""
+  values) [B, F] -> embeddings [B, D]), `class_embeddings.npy` (rows [C, D];
+  scores are their dot products), `export.json` (the model config). Both
+  embeddings are unit rows unless the model scores dot products
+  (`scoring`). The directory appears whole or not at all."""
   with atomic_output.staged_directory(export_dir, "export_dir",
                                       replace=True) as staging:
     tower = xc_encoder.instance_tower(model)
     tower.save(os.path.join(staging, "instance_tower"), include_optimizer=False)
     np.save(os.path.join(staging, "class_embeddings.npy"),
-            tf.math.l2_normalize(xc_encoder.class_table(model), axis=1).numpy())
+            xc_encoder.scored_class_table(model).numpy())
     with open(os.path.join(staging, EXPORT_INFO), "w") as f:
       json.dump({"model_config": dataclasses.asdict(config)}, f, indent=2)
   return export_dir

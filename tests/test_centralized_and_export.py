@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from fed_retrieval import export
 from fed_retrieval.evaluation import retrieval_evaluation
+from fed_retrieval.models import xc_encoder
 from losses.registry import ObjectiveConfig
 from tasks.movielens import movielens_task
 from tests.configs import movielens_centralized_job
@@ -253,3 +254,29 @@ def test_the_curve_of_an_example_split_run_is_named_test(small_task, tmp_path):
   # (Keras's CSVLogger adds empty val_ columns when a log has none.)
   assert not [key for row in rows for key, value in row.items()
               if key.startswith("val_") and value]
+
+
+@pytest.mark.parametrize("scoring", ["cosine", "dot"])
+def test_an_xc_export_scores_as_its_model_does(tmp_path, scoring):
+  """The exported tower's embeddings against the exported rows give the
+  model's ranking: unit rows for cosines, the raw ones for dot products."""
+  config = xc_encoder.XCEncoderConfig(num_features=30, num_labels=12, bag_dim=8,
+                                      hidden_dims=(), embedding_dim=8, scoring=scoring)
+  model = xc_encoder.build_xc_classifier(config, seed=1)
+  table = xc_encoder.class_table(model)
+  table.assign(table * np.linspace(0.5, 3.0, 12, dtype=np.float32)[:, None])
+  export.export_xc_classifier(model, config, str(tmp_path / "export"))
+  rows = np.load(tmp_path / "export" / "class_embeddings.npy")
+  tower = tf.keras.models.load_model(str(tmp_path / "export" / "instance_tower"),
+                                     compile=False)
+  features = (np.array([[3, 7, 0], [1, 2, 30]], np.int32),
+              np.array([[0.5, 1.0, 0], [1, 1, 1]], np.float32))
+  scores = tower(features).numpy() @ rows.T
+  logits = model(features).numpy()
+  np.testing.assert_array_equal(np.argsort(-scores, axis=1), np.argsort(-logits, axis=1))
+  norms = np.linalg.norm(rows, axis=1)
+  if scoring == "cosine":
+    np.testing.assert_allclose(norms, 1.0, rtol=1e-5)
+  else:
+    np.testing.assert_allclose(rows, table.numpy())
+    np.testing.assert_allclose(scores, logits, rtol=1e-5)

@@ -3,6 +3,8 @@ the class table's cosines (overall and within each client's classes) against
 pairwise ones; P@k of a classifier through an approximate index, within the
 index's recall."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,36 @@ def test_p_at_k_through_an_approximate_index_is_within_its_recall():
     assert abs(approximate[f"precision@{k}"] - exact[f"precision@{k}"]) <= 1 - recall + 1e-9
   with pytest.raises(ValueError, match="calibration points"):
     classification_metrics.evaluate_classifier(model, test, index="approximate")
+
+
+def test_a_dot_product_classifier_is_scored_and_ranked_by_unnormalized_rows():
+  """With `scoring="dot"` the logits are the raw tower output against the raw
+  rows, and P@1 ranks by them: a class row of large norm wins the points a
+  cosine ranking gives to a closer-pointing row."""
+  config = xc_encoder.XCEncoderConfig(num_features=6, num_labels=3, bag_dim=2,
+                                      hidden_dims=(), embedding_dim=2, scoring="dot")
+  model = xc_encoder.build_xc_classifier(config, seed=0)
+  bag, kernel, bias = (w.numpy() for w in model.get_layer("instance_tower").tower_weights)
+  bag[1:] = [[1, 0], [1, 0.3], [0, 1], [1, 1], [2, 0], [0, 3]]
+  model.get_layer("instance_tower").tower_weights[0].assign(bag)
+  model.get_layer("instance_tower").tower_weights[1].assign(np.eye(2, dtype=np.float32))
+  xc_encoder.class_table(model).assign([[1.0, 0.0], [0.0, 1.0], [3.0, 3.0]])
+  ids = np.array([[1], [2], [3]], np.int32)  # Features 1-3: embeddings as rows 1-3.
+  points = PaddedPoints(ids, np.ones([3, 1], np.float32),
+                        [np.array([0]), np.array([2]), np.array([1])])
+  logits = model((ids, np.ones([3, 1], np.float32))).numpy()
+  embeddings = np.array([[1, 0], [1, 0.3], [0, 1]], np.float32)
+  np.testing.assert_allclose(logits, embeddings @ xc_encoder.class_table(model).numpy().T,
+                             rtol=1e-6)
+  metrics = classification_metrics.evaluate_classifier(model, points, ks=(1,))
+  # Dot products pick class 2 (norm 4.2) for every point: only point 1 is right.
+  # Cosines would pick classes 0, 0 and 1: points 0 and 2 right.
+  assert metrics["precision@1"] == pytest.approx(1 / 3)
+  # Cosines asked for are the default, held as None: the same run config.
+  assert dataclasses.replace(config, scoring="cosine") == dataclasses.replace(
+      config, scoring=None)
+  cosine = xc_encoder.build_xc_classifier(
+      dataclasses.replace(config, scoring="cosine"), seed=0)
+  cosine.set_weights(model.get_weights())
+  assert classification_metrics.evaluate_classifier(
+      cosine, points, ks=(1,))["precision@1"] == pytest.approx(2 / 3)

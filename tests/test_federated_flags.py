@@ -153,3 +153,12 @@ def test_xc_reference_towers_default_to_the_residual_and_are_checked():
   assert resolved("--task=xc", "--xc_reference_architectures=deep")["error"].startswith(
       "--xc_reference_architectures must be one of linear, residual, small, paper, "
       "got 'deep'")
+
+
+def test_xc_dot_product_scoring_is_for_fedss_family_only():
+  assert resolved("--task=xc")["scoring"] is None  # Cosines.
+  assert resolved("--task=xc", "--xc_scoring=dot", "--algorithm=fedss")["scoring"] == "dot"
+  assert resolved("--task=xc", "--xc_scoring=dot", "--algorithm=softmax_oracle")[
+      "scoring"] == "dot"
+  assert resolved("--task=xc", "--xc_scoring=dot")["error"].startswith(
+      "--xc_scoring=dot: --algorithm=fedaws trains on cosines")

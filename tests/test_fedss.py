@@ -1,5 +1,6 @@
 """FedSS: key sets, sparse row aggregation, the candidate softmaxes, one round by hand."""
 
+import dataclasses
 import functools
 import os
 
@@ -29,6 +30,7 @@ from tests.xc_reference import server_average
 
 MODEL = xc_encoder.XCEncoderConfig(num_features=4, num_labels=8, bag_dim=3,
                                    hidden_dims=(), embedding_dim=2, logit_scale=5.0)
+DOT_MODEL = dataclasses.replace(MODEL, scoring="dot")  # Paper 003's unnormalized logits.
 WIDTH = 2
 CLIENTS = [  # Client 0 holds classes 1 and 2; client 1 holds class 5.
     (np.array([[1, 2], [3, 0], [4, 1]]), np.array([[0.5, 0.5], [1.0, 0.0], [0.2, 0.8]]),
@@ -201,35 +203,40 @@ def test_sampled_softmax_over_every_class_is_full_softmax(algorithm):
   keys = np.array([0, 3, 5, 1, 2, 4]) if algorithm == "fedss" else np.arange(6)
   config = FedSSConfig(algorithm=algorithm, num_negatives=3, positives_per_client=3)
   positions = np.array([list(keys).index(label) for label in labels])
-  got = fedss.candidate_loss(tf.constant(queries), tf.constant(table[keys]),
-                             tf.constant(positions), tf.ones([6], tf.bool), config,
-                             scale=20.0, num_classes=6)
   unit = table / np.linalg.norm(table, axis=1, keepdims=True)
+  got = fedss.candidate_loss(tf.constant(20.0 * queries @ unit[keys].T),
+                             tf.constant(positions), tf.ones([6], tf.bool), config,
+                             num_classes=6)
   full = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)(
       labels, 20.0 * queries @ unit.T)
   np.testing.assert_allclose(got.numpy(), full.numpy(), rtol=1e-5)
 
 
-def numpy_round_loss(tower, rows, ids, values, positions, allowed, scale):
-  g = numpy_tower(tower, ids, values)
-  unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
-  return numpy_candidate_loss(scale * g @ unit.T, positions, allowed)
+def numpy_round_loss(tower, rows, ids, values, positions, allowed, model):
+  if model.scoring == "dot":
+    logits = numpy_tower(tower, ids, values, normalize=False) @ rows.T
+  else:
+    unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    logits = model.logit_scale * numpy_tower(tower, ids, values) @ unit.T
+  return numpy_candidate_loss(logits, positions, allowed)
 
 
-@pytest.mark.parametrize("row_mean,bag,shards,clients", [
-    ("holders", "selected", None, CLIENTS), ("clients", "selected", None, CLIENTS),
-    ("holders", "whole", None, CLIENTS),
-    ("clients", "selected", [[0, 1]], CLIENTS),  # One TFF client does both clients.
-    ("holders", "whole", [[0], [1]], CLIENTS),
+@pytest.mark.parametrize("row_mean,bag,shards,clients,model", [
+    ("holders", "selected", None, CLIENTS, MODEL),
+    ("clients", "selected", None, CLIENTS, MODEL),
+    ("holders", "whole", None, CLIENTS, MODEL),
+    ("clients", "selected", [[0, 1]], CLIENTS, MODEL),  # One TFF client, both clients.
+    ("holders", "whole", [[0], [1]], CLIENTS, MODEL),
     # A point's other held label is never its negative.
-    ("clients", "selected", None, CLIENTS_WITH_OTHERS),
-    ("holders", "whole", [[0, 1]], CLIENTS_WITH_OTHERS)])
-def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards, clients):
+    ("clients", "selected", None, CLIENTS_WITH_OTHERS, MODEL),
+    ("holders", "whole", [[0, 1]], CLIENTS_WITH_OTHERS, MODEL),
+    ("clients", "selected", None, CLIENTS, DOT_MODEL)])
+def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards, clients, model):
   config = FedSSConfig(num_negatives=3, positives_per_client=2, client_learning_rate=0.4,
                        server_optimizer="sgd", server_learning_rate=1.0,
                        row_mean=row_mean, row_learning_rate=2.0)
   other_labels = clients[0][2].shape[1] - 1 if clients[0][2].ndim == 2 else 0
-  process = fedss.build_xc_process(MODEL, config, max_features=WIDTH, seed=3, bag=bag,
+  process = fedss.build_xc_process(model, config, max_features=WIDTH, seed=3, bag=bag,
                                    sharded=shards is not None, other_labels=other_labels)
   state = process.initialize()
   start = [np.asarray(w, np.float64) for w in process.get_model_weights(state).trainable]
@@ -248,7 +255,7 @@ def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards, clien
 
     def loss(tower_weights, client_rows):
       return numpy_round_loss(tower_weights, client_rows, ids, values, positions,
-                              allowed, MODEL.logit_scale)
+                              allowed, model)
 
     new_tower, new_rows = numeric_sgd_step(tower, rows, loss, 0.4)
     tower_deltas.append([n - o for n, o in zip(new_tower, tower)])

@@ -41,13 +41,14 @@ def round_data(clients, shards=None):
           for shard in shards]
 
 
-def numpy_tower(weights, ids, values):
-  """The XC instance tower (bag, then one Dense layer), L2-normalized, in NumPy."""
+def numpy_tower(weights, ids, values, normalize=True):
+  """The XC instance tower (bag, then one Dense layer), L2-normalized unless
+  not `normalize`, in NumPy."""
   bag, kernel, bias = weights
   v = np.where(ids > 0, values, 0.0)
   hidden = np.einsum("bf,bfd->bd", v / np.abs(v).sum(1, keepdims=True), bag[ids])
   out = hidden @ kernel + bias
-  return out / np.linalg.norm(out, axis=1, keepdims=True)
+  return out / np.linalg.norm(out, axis=1, keepdims=True) if normalize else out
 
 
 def numeric_grad(f, x, eps=1e-6):

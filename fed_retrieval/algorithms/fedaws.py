@@ -112,6 +112,15 @@ class FedAwSConfig:
     return self.algorithm == "fedaws"
 
 
+def check_scoring(scoring: Optional[str], algorithm: str) -> None:
+  """Refuses any scoring but cosines (None): the hinge and the spreadout are
+  on them."""
+  if scoring not in (None, "cosine"):
+    raise ValueError(f"--xc_scoring={scoring}: --algorithm={algorithm} "
+                     "trains on cosines (its hinge and spreadout); use "
+                     "--xc_scoring=cosine, or FedSS's family")
+
+
 def client_keys(labels: tf.Tensor, rows_per_client: int) -> Tuple[tf.Tensor, tf.Tensor]:
   """(keys [R], is_real [R]): the distinct labels, padded by repeating the first."""
   distinct, _ = tf.unique(labels)
@@ -214,6 +223,7 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
   if config.algorithm not in OWN_ALGORITHMS:
     raise ValueError(f"{config.algorithm} is FedSS's full softmax "
                      "(tasks.xc.family.algorithm_config builds it)")
+  check_scoring(model_config.scoring, config.algorithm)
 
   def loss(tower, rows, keys, is_real, batch):
     del is_real  # Every label of the client is among its keys.

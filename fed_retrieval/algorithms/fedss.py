@@ -204,13 +204,12 @@ def skip_excluded(ranks: tf.Tensor, excluded: tf.Tensor) -> tf.Tensor:
                                  out_type=ranks.dtype)
 
 
-def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tensor,
-                   is_real: tf.Tensor, config: FedSSConfig, scale: float,
-                   num_classes: int, is_other_label: Optional[tf.Tensor] = None
-                   ) -> tf.Tensor:
-  """The config's softmax over the candidate rows, logits scale * cosine;
-  `is_other_label` [B, K]: keys that are other labels of an example's point,
-  never its negatives."""
+def candidate_loss(logits: tf.Tensor, label_positions: tf.Tensor, is_real: tf.Tensor,
+                   config: FedSSConfig, num_classes: int,
+                   is_other_label: Optional[tf.Tensor] = None) -> tf.Tensor:
+  """The config's softmax over a client's candidate keys, from the logits
+  [B, K] of its examples against its key rows; `is_other_label` [B, K]: keys
+  that are other labels of an example's point, never its negatives."""
   slots = config.positives_per_client
   if config.algorithm == "full_softmax":
     is_positive, is_negative = is_real, tf.zeros_like(is_real)
@@ -218,7 +217,6 @@ def candidate_loss(queries: tf.Tensor, rows: tf.Tensor, label_positions: tf.Tens
     in_positive_slots = tf.range(tf.shape(is_real)[0]) < slots
     is_positive = is_real & in_positive_slots
     is_negative = is_real & ~in_positive_slots
-  logits = scale * tf.matmul(queries, scoring.l2_normalize(rows), transpose_b=True)
   mask = sampled_softmax.candidate_mask(label_positions, is_positive, is_negative,
                                         config.candidate_set)
   if is_other_label is not None:
@@ -267,14 +265,15 @@ def build_xc_process(model_config: XCEncoderConfig, config: FedSSConfig,
   def loss(tower, rows, keys, is_real, batch):
     (feature_ids, feature_values), labels = batch
     embeddings = xc_encoder.tower_forward(tower, feature_ids, feature_values,
-                                            model_config.residual)
+                                            model_config.residual,
+                                            xc_encoder.normalizes(model_config))
     is_other_label = None
     if labels.shape.rank == 2:  # [B, K]: a key among the point's other labels.
       is_other_label = tf.reduce_any(
           tf.equal(labels[:, 1:, None], keys[None, None, :]), axis=1)
-    return candidate_loss(embeddings, rows,
+    return candidate_loss(xc_encoder.class_logits(embeddings, rows, model_config),
                           fedaws.positions_in(fedaws.own_labels(labels), keys), is_real,
-                          config, model_config.logit_scale, num_classes, is_other_label)
+                          config, num_classes, is_other_label)
 
   return _build_process(
       config, seed, num_classes, client_keys, loss,
@@ -335,8 +334,9 @@ def build_movielens_process(model_config: dual_encoder.DualEncoderConfig,
     context_rows = tf.reshape(context_rows, [tf.shape(context)[0], -1, tf.shape(rows)[1]])
     queries = scoring.l2_normalize(dual_encoder.MaskedMean()([context_rows, context]))
     not_padding = is_real & (keys > 0)  # Full softmax holds row 0, the padding.
-    return candidate_loss(queries, rows, fedaws.positions_in(labels, keys), not_padding,
-                          config, 1.0 / temperature, num_items)
+    logits = tf.matmul(queries, scoring.l2_normalize(rows), transpose_b=True) / temperature
+    return candidate_loss(logits, fedaws.positions_in(labels, keys), not_padding, config,
+                          num_items)
 
   initializer = np.random.default_rng([seed, 13])
   table = (0.1 * initializer.standard_normal(

@@ -117,9 +117,9 @@ def evaluate_classifier(model: tf.keras.Model, points: PaddedPoints,
   R@k are through it, and 'index_recall@k' is its recall against the exact
   top k on `points`."""
   table = xc_encoder.class_table(model)
-  unit_table = scoring.l2_normalize(table)
+  scored_table = xc_encoder.scored_class_table(model)  # Unit rows for cosines.
   embeddings = instance_embeddings(model, points)
-  _, top = scoring.chunked_top_k(embeddings, unit_table, max(ks))
+  _, top = scoring.chunked_top_k(embeddings, scored_table, max(ks))
   top = top.numpy()
   metrics = {"class_cosine": mean_pairwise_cosine(table.numpy())}
   within = mean_cosine_within_groups(table.numpy(), class_groups)
@@ -130,7 +130,7 @@ def evaluate_classifier(model: tf.keras.Model, points: PaddedPoints,
   if calibration_points is None:
     raise ValueError("an approximate index needs calibration points")
   approximate = top_k_index.ApproximateIndex.build(
-      unit_table.numpy(), instance_embeddings(model, calibration_points), k=max(ks),
+      scored_table.numpy(), instance_embeddings(model, calibration_points), k=max(ks),
       target_recall=target_recall, calibrated_on=f"{len(calibration_points)} training points")
   found = approximate.search(embeddings, max(ks))[1]
   for k in ks:

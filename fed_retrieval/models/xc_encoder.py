@@ -8,8 +8,10 @@ L1-normalized features (`embedding_dim` is then the bag's). With `residual`
 the dense layers' output is added to the bag (`embedding_dim` the bag's), the
 last layer starting at zero: the tower starts linear and learns what a
 nonlinear part adds.
-Class table: one row per class, L2-normalized when scoring. Logits are
-`logit_scale` times the cosine of instance and class embeddings.
+Class table: one row per class. Logits (`scoring`) are `logit_scale` times
+the cosine of instance and class embeddings (the table's rows L2-normalized
+when scoring), or their dot product with neither embedding normalized
+(`dot`: paper 003's unnormalized logits).
 
 The tower is one function of a flat list of weight tensors (`tower_forward`),
 so the same arithmetic runs in the Keras model (export, evaluation, the
@@ -17,12 +19,17 @@ softmax oracle) and in the FedAwS client's functional training loop.
 """
 
 import dataclasses
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from fed_retrieval.models import scoring
+
+
+# How instances are scored against classes (`XCEncoderConfig.scoring`; None:
+# cosine, as every model was before the choice existed).
+SCORINGS = ("cosine", "dot")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,8 +42,16 @@ class XCEncoderConfig:
   logit_scale: float = 20.0
   dense_layers: bool = True
   residual: bool = False
+  # One of `SCORINGS`; cosine is held as None, so that a run config asking
+  # for it is the one made before the choice existed.
+  scoring: Optional[str] = None
 
   def __post_init__(self):
+    if self.scoring is not None and self.scoring not in SCORINGS:
+      raise ValueError(f"--xc_scoring must be one of {', '.join(SCORINGS)}, got "
+                       f"'{self.scoring}'")
+    if self.scoring == "cosine":
+      object.__setattr__(self, "scoring", None)
     for name in ("num_features", "num_labels", "bag_dim", "embedding_dim"):
       if getattr(self, name) < 1:
         raise ValueError(f"XC model: {name} must be >= 1, got {getattr(self, name)}")
@@ -94,9 +109,11 @@ def initial_class_table(config: XCEncoderConfig, seed: int) -> np.ndarray:
 
 @tf.autograph.experimental.do_not_convert  # Straight-line ops: nothing to convert.
 def tower_forward(weights: Sequence[tf.Tensor], feature_ids: tf.Tensor,
-                  feature_values: tf.Tensor, residual: bool = False) -> tf.Tensor:
-  """L2-normalized instance embeddings [B, D] of padded sparse rows [B, F]
-  (`residual`: the dense layers' output added to the bag)."""
+                  feature_values: tf.Tensor, residual: bool = False,
+                  normalize: bool = True) -> tf.Tensor:
+  """Instance embeddings [B, D] of padded sparse rows [B, F], L2-normalized
+  unless not `normalize` (`residual`: the dense layers' output added to the
+  bag)."""
   bag = tf.gather(weights[0], feature_ids)  # [B, F, bag_dim]
   values = tf.where(feature_ids > 0, feature_values, tf.zeros_like(feature_values))
   total = tf.reduce_sum(tf.abs(values), axis=1, keepdims=True)
@@ -107,7 +124,26 @@ def tower_forward(weights: Sequence[tf.Tensor], feature_ids: tf.Tensor,
     hidden = tf.matmul(hidden, kernel) + bias
     if i < len(layers) - 1:
       hidden = tf.nn.relu(hidden)
-  return scoring.l2_normalize(bagged + hidden if residual else hidden)
+  output = bagged + hidden if residual else hidden
+  return scoring.l2_normalize(output) if normalize else output
+
+
+def normalizes(config: XCEncoderConfig) -> bool:
+  """Whether `config` scores cosines (both embeddings L2-normalized)."""
+  return config.scoring != "dot"
+
+
+def scored_rows(rows: tf.Tensor, config: XCEncoderConfig) -> tf.Tensor:
+  """Class rows [n, D] as `config` scores instances against them."""
+  return scoring.l2_normalize(rows) if normalizes(config) else rows
+
+
+def class_logits(instance_embeddings: tf.Tensor, rows: tf.Tensor,
+                 config: XCEncoderConfig) -> tf.Tensor:
+  """Logits [B, n] of instance embeddings [B, D] (the tower's) against class
+  rows [n, D]: `logit_scale` x cosine, or the dot product (`scoring`)."""
+  scores = tf.matmul(instance_embeddings, scored_rows(rows, config), transpose_b=True)
+  return config.logit_scale * scores if normalizes(config) else scores
 
 
 def bag_keys(examples) -> tf.Tensor:
@@ -160,7 +196,7 @@ class InstanceTower(_XCLayer):
   def call(self, inputs):
     feature_ids, feature_values = inputs
     return tower_forward(self.tower_weights, feature_ids, feature_values,
-                         self._config.residual)
+                         self._config.residual, normalizes(self._config))
 
 
 @tf.keras.utils.register_keras_serializable(package="fed_retrieval")
@@ -174,9 +210,11 @@ class ClassTable(_XCLayer):
     super().build(input_shape)
 
   def call(self, instance_embeddings):
-    cosine = tf.matmul(instance_embeddings, scoring.l2_normalize(self.table),
-                       transpose_b=True)
-    return self._config.logit_scale * cosine
+    return class_logits(instance_embeddings, self.table, self._config)
+
+  def scored_table(self) -> tf.Tensor:
+    """The rows as instances are scored against them (`scored_rows`)."""
+    return scored_rows(self.table, self._config)
 
 
 def build_xc_classifier(config: XCEncoderConfig, seed: int = 0) -> tf.keras.Model:
@@ -199,3 +237,9 @@ def instance_tower(model: tf.keras.Model) -> tf.keras.Model:
 
 def class_table(model: tf.keras.Model) -> tf.Variable:
   return model.get_layer("class_table").table
+
+
+def scored_class_table(model: tf.keras.Model) -> tf.Tensor:
+  """The class table as `model` scores instance embeddings against it: the
+  top classes of an embedding are the rows of its largest dot products."""
+  return model.get_layer("class_table").scored_table()

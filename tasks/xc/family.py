@@ -54,6 +54,7 @@ CALIBRATION_POINTS = 1000  # Training points an approximate index is calibrated 
 def model_config_for(task: XCTask, settings: XCSettings) -> xc_encoder.XCEncoderConfig:
   return xc_encoder.XCEncoderConfig(task.num_features, task.num_labels,
                                     logit_scale=settings.logit_scale,
+                                    scoring=settings.scoring,
                                     **ARCHITECTURES[settings.architecture])
 
 

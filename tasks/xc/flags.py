@@ -6,6 +6,7 @@ from absl import flags
 
 from fed_retrieval import index_flags
 from fed_retrieval.algorithms import fedaws
+from fed_retrieval.models import xc_encoder
 from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_flags
 from tasks import task_flags
@@ -75,6 +76,11 @@ XC_BAG = flags.DEFINE_enum(
     "XC, FedAwS/FedSS and their sub-model baselines: a client receives only the "
     "embedding-bag rows of its features (selected) or the whole bag (whole, the "
     "contrast). The oracles always send the whole model.")
+XC_SCORING = flags.DEFINE_enum(
+    "xc_scoring", _DEFAULTS.scoring, list(xc_encoder.SCORINGS),
+    "XC logits: --logit_scale x the cosine of instance and class embeddings (cosine, "
+    "the default), or their dot product, neither normalized (dot: paper 003's; "
+    "FedSS's family only).")
 LOGIT_SCALE = flags.DEFINE_float("logit_scale", _DEFAULTS.logit_scale,
                                  "XC: logits are this times the cosine.")
 XC_REFERENCE_ARCHITECTURES = flags.DEFINE_list(
@@ -93,7 +99,7 @@ HELP_GROUPS = (
         NUM_CLIENTS, DIRICHLET_ALPHA, XC_LABEL_ASSIGNMENT, XC_MAX_FEATURES,
         XC_FEATURE_SCALING, XC_VALIDATION_FRACTION, XC_CLASS_SPLIT,
         XC_HELD_OUT_CLASS_FRACTION)),
-    ("XC model", "xc", (XC_ARCHITECTURE, XC_BAG, LOGIT_SCALE, CENTRALIZED_REFERENCES,
+    ("XC model", "xc", (XC_ARCHITECTURE, XC_BAG, XC_SCORING, LOGIT_SCALE, CENTRALIZED_REFERENCES,
                         XC_REFERENCE_ARCHITECTURES,
                         index_flags.INDEX, index_flags.INDEX_RECALL)),
 )
@@ -120,7 +126,8 @@ def settings_from_flags() -> XCSettings:
       task=task_config_from_flags(),
       algorithm=federated_flags.ALGORITHM.value or _DEFAULTS.algorithm,
       algorithms=tuple(federated_flags.ALGORITHMS.value or _DEFAULTS.algorithms),
-      architecture=XC_ARCHITECTURE.value, logit_scale=LOGIT_SCALE.value, bag=XC_BAG.value,
+      architecture=XC_ARCHITECTURE.value, scoring=XC_SCORING.value,
+      logit_scale=LOGIT_SCALE.value, bag=XC_BAG.value,
       fedaws=federated_flags.fedaws_from_flags(), fedss=federated_flags.fedss_from_flags(),
       dp=federated_flags.dp_from_flags(), loop=loop,
       centralized=dataclasses.replace(

@@ -31,7 +31,7 @@ REFERENCE_DEFAULTS = CentralizedConfig(optimizer="adam", learning_rate=0.001,
 @dataclasses.dataclass(frozen=True)
 class XCSettings:
   """Everything an XC run or comparison is: the data, the model (its
-  `architecture`, cosine `logit_scale`, and whether a client receives only
+  `architecture`, its `scoring`, cosine `logit_scale`, and whether a client receives only
   the embedding-bag rows of its features, `bag`), the algorithms' settings,
   client-level DP of the dense tower (the oracle's and full softmax's whole
   model; selected rows are not covered), the loop and the references."""
@@ -39,6 +39,8 @@ class XCSettings:
   algorithm: str = "fedaws"  # The one run of train_federated.
   algorithms: Tuple[str, ...] = fedaws.ALGORITHMS  # A comparison's.
   architecture: str = "linear"
+  # `xc_encoder.SCORINGS`, None: cosine; FedSS's family may take dot.
+  scoring: Optional[str] = None
   logit_scale: float = 10.0
   bag: str = "selected"
   fedaws: FedAwSConfig = FedAwSConfig()
@@ -61,6 +63,9 @@ class XCSettings:
           raise ValueError(f"--{flag} must be one of {', '.join(ARCHITECTURES)}, "
                            f"got '{name}'")
     fedaws.check_bag(self.bag)
+    if self.scoring is not None and self.scoring not in xc_encoder.SCORINGS:
+      raise ValueError(f"--xc_scoring must be one of {', '.join(xc_encoder.SCORINGS)}, "
+                       f"got '{self.scoring}'")
     top_k_index.resolve_kind(self.index, 0)  # Refuses an unknown kind.
     for algorithm in (self.algorithm, *self.algorithms):
       if algorithm not in ALGORITHMS:
@@ -72,6 +77,8 @@ class XCSettings:
     if algorithm not in ALGORITHMS:
       raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)} for the "
                        f"XC task, got '{algorithm}'")
+    if algorithm in fedaws.OWN_ALGORITHMS:
+      fedaws.check_scoring(self.scoring, algorithm)
     if self.dp is None:
       return
     differential_privacy.check_compatible(self.loop, self.dp)
