@@ -32,6 +32,13 @@ from fed_retrieval.models import scoring
 SCORINGS = ("cosine", "dot")
 
 
+def check_scoring(scoring: Optional[str]) -> None:
+  """Refuses a scoring that is neither None (cosine) nor one of `SCORINGS`."""
+  if scoring is not None and scoring not in SCORINGS:
+    raise ValueError(f"--xc_scoring must be one of {', '.join(SCORINGS)}, got "
+                     f"'{scoring}'")
+
+
 @dataclasses.dataclass(frozen=True)
 class XCEncoderConfig:
   num_features: int
@@ -47,9 +54,7 @@ class XCEncoderConfig:
   scoring: Optional[str] = None
 
   def __post_init__(self):
-    if self.scoring is not None and self.scoring not in SCORINGS:
-      raise ValueError(f"--xc_scoring must be one of {', '.join(SCORINGS)}, got "
-                       f"'{self.scoring}'")
+    check_scoring(self.scoring)
     if self.scoring == "cosine":
       object.__setattr__(self, "scoring", None)
     for name in ("num_features", "num_labels", "bag_dim", "embedding_dim"):

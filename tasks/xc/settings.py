@@ -31,10 +31,11 @@ REFERENCE_DEFAULTS = CentralizedConfig(optimizer="adam", learning_rate=0.001,
 @dataclasses.dataclass(frozen=True)
 class XCSettings:
   """Everything an XC run or comparison is: the data, the model (its
-  `architecture`, its `scoring`, cosine `logit_scale`, and whether a client receives only
-  the embedding-bag rows of its features, `bag`), the algorithms' settings,
-  client-level DP of the dense tower (the oracle's and full softmax's whole
-  model; selected rows are not covered), the loop and the references."""
+  `architecture`, its `scoring`, cosine `logit_scale`, and whether a client
+  receives only the embedding-bag rows of its features, `bag`), the
+  algorithms' settings, client-level DP of the dense tower (the oracle's and
+  full softmax's whole model; selected rows are not covered), the loop and
+  the references."""
   task: xc_task.XCTaskConfig
   algorithm: str = "fedaws"  # The one run of train_federated.
   algorithms: Tuple[str, ...] = fedaws.ALGORITHMS  # A comparison's.
@@ -63,9 +64,7 @@ class XCSettings:
           raise ValueError(f"--{flag} must be one of {', '.join(ARCHITECTURES)}, "
                            f"got '{name}'")
     fedaws.check_bag(self.bag)
-    if self.scoring is not None and self.scoring not in xc_encoder.SCORINGS:
-      raise ValueError(f"--xc_scoring must be one of {', '.join(xc_encoder.SCORINGS)}, "
-                       f"got '{self.scoring}'")
+    xc_encoder.check_scoring(self.scoring)
     top_k_index.resolve_kind(self.index, 0)  # Refuses an unknown kind.
     for algorithm in (self.algorithm, *self.algorithms):
       if algorithm not in ALGORITHMS:
