@@ -112,7 +112,7 @@ class FedAwSConfig:
     return self.algorithm == "fedaws"
 
 
-def check_scoring(scoring: Optional[str], algorithm: str) -> None:
+def require_cosines(scoring: Optional[str], algorithm: str) -> None:
   """Refuses any scoring but cosines (None): the hinge and the spreadout are
   on them."""
   if scoring not in (None, "cosine"):
@@ -223,7 +223,7 @@ def build_fedaws_process(model_config: XCEncoderConfig, config: FedAwSConfig,
   if config.algorithm not in OWN_ALGORITHMS:
     raise ValueError(f"{config.algorithm} is FedSS's full softmax "
                      "(tasks.xc.family.algorithm_config builds it)")
-  check_scoring(model_config.scoring, config.algorithm)
+  require_cosines(model_config.scoring, config.algorithm)
 
   def loss(tower, rows, keys, is_real, batch):
     del is_real  # Every label of the client is among its keys.

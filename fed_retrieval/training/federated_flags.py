@@ -33,10 +33,12 @@ _FEDAWS = FedAwSConfig()
 _FEDSS = FedSSConfig()
 
 
-def _family_defaults(field: str) -> str:
-  """'(default: movielens 10, xc 5, pu 0)': a loop setting's default by family."""
-  return "(default: " + ", ".join(f"{name} {getattr(loop, field)}"
-                                   for name, loop in LOOP_DEFAULTS.items()) + ")"
+def _family_defaults(field: str, unset: str = "None") -> str:
+  """'(default: movielens 10, xc 5, pu 0)': a loop setting's default by family
+  (`unset`: what a None value means)."""
+  values = ((name, getattr(loop, field)) for name, loop in LOOP_DEFAULTS.items())
+  return "(default: " + ", ".join(f"{name} {unset if value is None else value}"
+                                   for name, value in values) + ")"
 
 
 ALGORITHM = flags.DEFINE_enum(
@@ -113,7 +115,7 @@ REPORT_MODEL = flags.DEFINE_enum(
     "The model a converged run reports: last_gain, its last gain beyond the noise "
     "(where --patience counts from); maximum, its highest validation value, which "
     "a curve rising in steps within the noise reaches after its last gain "
-    "(default: movielens maximum, otherwise last_gain).")
+    f"{_family_defaults('report_model', unset='last_gain')}.")
 SMOOTHING = flags.DEFINE_integer(
     "smoothing", None,
     "Also wait until the trailing mean of this many validation evaluations has "

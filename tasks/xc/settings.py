@@ -77,7 +77,7 @@ class XCSettings:
       raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)} for the "
                        f"XC task, got '{algorithm}'")
     if algorithm in fedaws.OWN_ALGORITHMS:
-      fedaws.check_scoring(self.scoring, algorithm)
+      fedaws.require_cosines(self.scoring, algorithm)
     if self.dp is None:
       return
     differential_privacy.check_compatible(self.loop, self.dp)
