@@ -49,6 +49,22 @@ def test_a_run_resumes_under_other_client_shards_or_xla(tmp_path):
         directory, {"training": {"rounds": 10, "client_shards": 0, "seed": 1}})
 
 
+def test_a_shared_run_is_found_by_the_same_identity_as_a_resumed_one(tmp_path):
+  # A comparison's references: a config that re-opens a run directory (a new
+  # setting left unset, other shards) finds the same shared directory.
+  root = str(tmp_path)
+  config = {"model": {"dim": 8, "scoring": None}, "training": {"rounds": 10}}
+  directory = run_directory.shared_run_directory(root, "centralized", config)
+  assert os.path.basename(directory).startswith("centralized-")
+  for same in ({"model": {"dim": 8}, "training": {"rounds": 10}},
+               {"model": {"dim": 8, "scoring": None, "residual": None},
+                "training": {"rounds": 10, "client_shards": 4}}):
+    assert run_directory.shared_run_directory(root, "centralized", same) == directory
+  for other in ({"model": {"dim": 8, "scoring": "dot"}, "training": {"rounds": 10}},
+                {"model": {"dim": 16}, "training": {"rounds": 10}}):
+    assert run_directory.shared_run_directory(root, "centralized", other) != directory
+
+
 def test_a_larger_budget_reopens_a_finished_run_and_only_the_budget(tmp_path, capsys):
   directory = str(tmp_path)
   config = {"setting": "federated", "training": {"rounds": 10, "clients_per_round": 5}}

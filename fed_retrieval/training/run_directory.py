@@ -87,14 +87,6 @@ def _normalized(config: Dict[str, Any]) -> Dict[str, Any]:
   return json.loads(json.dumps(config, sort_keys=True, default=_plain))
 
 
-def _without_unset(config: Any) -> Any:
-  """The config without its None settings: a setting added to the code after
-  a run was made, left unset (None), does not make that run another one."""
-  if not isinstance(config, dict):
-    return config
-  return {k: _without_unset(v) for k, v in config.items() if v is not None}
-
-
 # Settings of how a run is computed, not of what it computes: the shards of a
 # round's clients give the round of a TFF client each, and XLA the same steps
 # (both tested), so a run resumes under another --client_shards or
@@ -102,13 +94,24 @@ def _without_unset(config: Any) -> Any:
 EXECUTION_ONLY = ("client_shards", "client_jit_compile")
 
 
+def run_identity(config: Any) -> Any:
+  """What makes two run configs (as JSON) the same run: the config without its
+  unset (None) settings, at any depth, so that a setting added to the code
+  after a run was made, left unset, does not make it another run; and without
+  the `EXECUTION_ONLY` ones. A run directory is re-opened, and a shared one
+  found, by this identity."""
+  if not isinstance(config, dict):
+    return config
+  return {k: run_identity(v) for k, v in config.items()
+          if v is not None and k not in EXECUTION_ONLY}
+
+
 def config_differences(existing: Dict[str, Any], config: Dict[str, Any],
                        prefix: str = "") -> List[Tuple[str, Any, Any]]:
   """(dotted key, existing value, new value) of every setting that differs,
-  nested settings named by their path (`task.items`); None where absent.
-  `EXECUTION_ONLY` settings never differ."""
+  nested settings named by their path (`task.items`); None where absent."""
   differences = []
-  for key in sorted((set(existing) | set(config)) - set(EXECUTION_ONLY)):
+  for key in sorted(set(existing) | set(config)):
     old, new = existing.get(key), config.get(key)
     if isinstance(old, dict) and isinstance(new, dict):
       differences += config_differences(old, new, f"{prefix}{key}.")
@@ -137,7 +140,7 @@ def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
   if os.path.isfile(path):
     with open(path) as f:
       existing = json.load(f)
-    differences = config_differences(_without_unset(existing), _without_unset(config))
+    differences = config_differences(run_identity(existing), run_identity(config))
     if not differences:
       return
     described = "; ".join(f"{key}: {old!r} -> {new!r}" for key, old, new in differences)
@@ -152,11 +155,11 @@ def claim_run_directory(output_dir: str, config: Dict[str, Any]) -> None:
 
 
 def shared_run_directory(root: str, name: str, run_config: Dict[str, Any]) -> str:
-  """`root/<name>-<hash of run_config>`: the directory of a run that any
-  program asking for the same run finds (a comparison's references, trained
-  once for every comparison on the same data and settings)."""
-  digest = hashlib.sha256(json.dumps(_normalized(run_config), sort_keys=True)
-                          .encode()).hexdigest()[:12]
+  """`root/<name>-<hash of the run's identity>`: the directory of a run that
+  any program asking for the same run (`run_identity`) finds, a comparison's
+  references trained once for every comparison on the same data and settings."""
+  digest = hashlib.sha256(json.dumps(run_identity(_normalized(run_config)),
+                                     sort_keys=True).encode()).hexdigest()[:12]
   return os.path.join(root, f"{name}-{digest}")
 
 
