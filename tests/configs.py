@@ -30,7 +30,11 @@ def movielens_settings_of(task, **settings) -> movielens_settings.MovieLensSetti
   """The MovieLens family's settings for `task` with FedAvg and loop `settings`."""
   fedavg, loop = fedavg_and_loop(movielens_settings.FEDAVG_DEFAULTS,
                                  LOOP_DEFAULTS["movielens"], **settings)
-  return movielens_settings.MovieLensSettings(task=task.config, fedavg=fedavg, loop=loop)
+  # A cap given serves every loss, as --max_local_steps does.
+  hinge_cap = (None if "max_local_steps" in settings
+               else movielens_settings.HINGE_MAX_LOCAL_STEPS)
+  return movielens_settings.MovieLensSettings(task=task.config, fedavg=fedavg, loop=loop,
+                                              hinge_max_local_steps=hinge_cap)
 
 
 def train_movielens(task, output_dir: str, loss: str = "global_softmax",
@@ -40,7 +44,7 @@ def train_movielens(task, output_dir: str, loss: str = "global_softmax",
   config = movielens_settings_of(task, **settings)
   job = movielens_family.fedavg_job(task, config, ObjectiveConfig(loss),
                                     config.fedavg_for(loss))
-  return federated_loop.run_federated(job, config.loop, output_dir)
+  return federated_loop.run_federated(job, config.loop_for(loss), output_dir)
 
 
 _LOOP_FIELDS = {field.name for field in dataclasses.fields(LoopConfig)}

@@ -2,6 +2,7 @@
 plot; the MovieLens centralized runs' clock; and compare.py end to end."""
 
 import csv
+import dataclasses
 import os
 import types
 
@@ -16,6 +17,7 @@ from fed_retrieval.training.loop_config import LoopConfig
 from tasks.movielens import family as movielens_family
 from tasks.movielens import sequence_examples
 from tasks.movielens.settings import CENTRALIZED_DEFAULTS
+from tasks.movielens.settings import HINGE_MAX_LOCAL_STEPS
 from tasks.movielens.settings import MovieLensSettings
 from tests.script_runs import run_module
 
@@ -156,6 +158,11 @@ def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
   assert (given.epochs, given.steps, given.eval_every_steps, given.min_passes) == (
       3, None, 7, 1.0)
   assert CENTRALIZED_DEFAULTS.epochs is None and CENTRALIZED_DEFAULTS.min_passes is None
+  # A hinge loss's federated runs take fewer batches; its reference keeps
+  # the loop's clock (above), as every loss's does.
+  assert settings.loop_for("hinge_spreadout") == dataclasses.replace(
+      loop, max_local_steps=HINGE_MAX_LOCAL_STEPS)
+  assert settings.loop_for("global_softmax") == loop
 
 
 @pytest.mark.runs_long

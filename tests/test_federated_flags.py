@@ -20,8 +20,9 @@ def resolve():
   settings = family.settings_from_flags()
   if family.name == "movielens":  # FedAvg of the loss, as its job builds it.
     fedavg = settings.fedavg_for(flags.FLAGS.resolve_loss)
-    fedavg.check_loop(settings.loop)
-    return {**dataclasses.asdict(fedavg), **dataclasses.asdict(settings.loop),
+    loop = settings.loop_for(flags.FLAGS.resolve_loss)
+    fedavg.check_loop(loop)
+    return {**dataclasses.asdict(fedavg), **dataclasses.asdict(loop),
             "fedss": dataclasses.asdict(settings.fedss)}
   if isinstance(settings, XCSettings):  # What the one run checks first.
     settings.check(settings.algorithm)
@@ -54,6 +55,14 @@ def test_movielens_defaults_and_flags():
           config["server_learning_rate_half_life"]) == (1e-3, 0, "examples", 50)
   assert resolved("--server_learning_rate_half_life=-1")["error"].startswith(
       "--server_learning_rate_half_life must be >= 0")
+
+
+def test_movielens_hinge_clients_take_fewer_batches_unless_a_cap_is_given():
+  assert resolved()["max_local_steps"] == 20  # Global softmax: the loop's.
+  assert resolved_loss("batch_softmax_spreadout")["max_local_steps"] == 20
+  assert resolved_loss("hinge_spreadout")["max_local_steps"] == 10
+  assert resolved_loss("hinge_spreadout", "--max_local_steps=20")["max_local_steps"] == 20
+  assert resolved_loss("hinge_spreadout", "--max_local_steps=0")["max_local_steps"] is None
 
 
 @pytest.mark.parametrize("args,expected", [

@@ -92,7 +92,7 @@ MAX_LOCAL_STEPS = flags.DEFINE_integer(
     "max_local_steps", None,
     "Cap of the batches a client trains on per round: a client holding more "
     "trains on a fresh sample of them each round; 0: no cap "
-    f"{_family_defaults('max_local_steps')}.")
+    f"{_family_defaults('max_local_steps')}; MovieLens hinge losses 10.")
 EVAL_EVERY = flags.DEFINE_integer(
     "eval_every", None,
     f"Evaluate on the validation split every N rounds {_family_defaults('eval_every')}.")

@@ -129,7 +129,8 @@ def _federated_job(task: MovieLensTask, settings: MovieLensSettings,
 def fedavg_job(task: MovieLensTask, settings: MovieLensSettings,
                objective: registry.ObjectiveConfig,
                fedavg_config: fedavg.FedAvgConfig) -> federated_loop.FederatedJob:
-  """FedAvg or FedSGD of the dual encoder on `objective`."""
+  """FedAvg or FedSGD of the dual encoder on `objective`, on its loss's loop."""
+  settings = dataclasses.replace(settings, loop=settings.loop_for(objective.loss))
   built = objective.build()
   model_config = model_config_for(task, built, settings.embedding_dim)
   setting = setting_name(task, fedavg_config)
@@ -240,9 +241,11 @@ def federated_examples_per_round(task: MovieLensTask, settings: MovieLensSetting
 
 def with_federated_schedule(settings: MovieLensSettings, task: MovieLensTask
                             ) -> CentralizedConfig:
-  """A comparison's centralized runs on the federated runs' clock, where not
-  set: an evaluation every as many examples as `eval_every` federated rounds
-  train on (so patience means as many examples in both settings), no stop
+  """A comparison's centralized runs on the federated loop's clock
+  (`settings.loop`, every loss's: a hinge loss's own cap of a client's
+  batches does not shorten its reference's patience), where not set: an
+  evaluation every as many examples as `eval_every` federated rounds train
+  on (so patience means as many examples in both settings), no stop
   before as many examples as the federated minimum in passes (the minimum in
   rounds is about server steps, which a centralized run has none of), a cap
   of as many examples as the federated cap, and the loop's stopping rule."""
@@ -289,7 +292,7 @@ class MovieLensFamily(family.TaskFamily):
       loss = settings.objective.loss
       job = lambda: fedavg_job(task, settings, settings.objective,
                                settings.fedavg_for(loss))
-    return family.FederatedRun(settings.algorithm, job, settings.loop,
+    return family.FederatedRun(settings.algorithm, job, settings.loop_for(loss),
                                f"centralized {loss}")
 
   def centralized_run(self, settings: MovieLensSettings) -> family.CentralizedRun:
@@ -327,7 +330,7 @@ class MovieLensFamily(family.TaskFamily):
         federated.append(family.FederatedRun(
             f"{setting_name(run_task, fedavg_config)} {loss}",
             lambda t=run_task, o=objective, c=fedavg_config: fedavg_job(t, settings, o, c),
-            settings.loop, reference))
+            settings.loop_for(loss), reference))
       centralized.append(family.CentralizedRun(
           reference, lambda o=objective: centralized_job(task, settings, o,
                                                          centralized_config),

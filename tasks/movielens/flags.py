@@ -214,7 +214,10 @@ def settings_from_flags() -> MovieLensSettings:
   return MovieLensSettings(
       task=task_config_from_flags(), objective=objective_config_from_flags(LOSS.value),
       losses=tuple(LOSSES.value), embedding_dim=EMBEDDING_DIM.value, ks=ks_from_flag(),
-      fedavg=fedavg_config, algorithm=algorithm, fedss=federated_flags.fedss_from_flags(ml_settings.FEDSS_DEFAULTS),
+      fedavg=fedavg_config, hinge_max_local_steps=(
+          None if flags.FLAGS[federated_flags.MAX_LOCAL_STEPS.name].present
+          else ml_settings.HINGE_MAX_LOCAL_STEPS),
+      algorithm=algorithm, fedss=federated_flags.fedss_from_flags(ml_settings.FEDSS_DEFAULTS),
       algorithms=tuple(federated_flags.ALGORITHMS.value or ()),
       include_shuffled=INCLUDE_SHUFFLED.value, include_fedsgd=INCLUDE_FEDSGD.value,
       dp_runs=tuple(federated_flags.dp_configs_from_flags(NOISE_MULTIPLIERS.value)),
