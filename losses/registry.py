@@ -3,8 +3,7 @@
 `<base>_spreadout` adds spreadout (losses/spreadout.py). Unless told otherwise
 it is the paper's H+S regularizer, the Frobenius form on the item table at
 `DEFAULT_ITEM_SPREADOUT_WEIGHT` (README, "How the defaults were chosen"), and
-for H+S also the negative term at `DEFAULT_NEGATIVE_SPREADOUT_WEIGHTS` (README,
-"Real MovieLens").
+for H+S also the negative term at `DEFAULT_NEGATIVE_SPREADOUT_WEIGHTS`.
 """
 
 import dataclasses
@@ -19,14 +18,14 @@ LOSS_NAMES: Tuple[str, ...] = ("batch_softmax", "batch_softmax_spreadout",
                                "hinge", "hinge_spreadout", "global_softmax")
 DEFAULT_ITEM_SPREADOUT_WEIGHT = 0.1
 # H+S's negative term (losses/spreadout.py, `negative`): 0.69 -> 1.0 of global
-# softmax's centralized recall on ml-latest-small (README, "Real MovieLens").
+# softmax's centralized recall on ml-latest-small.
 # BS + spreadout stays the paper's (item table only): its in-batch negatives
 # are what the comparison is about.
 DEFAULT_NEGATIVE_SPREADOUT_WEIGHTS = {"hinge_spreadout": 0.1}
 DEFAULT_HINGE_POWER = 2
 # Above 1, the squared hinge on cosines always pulls (harder the further the
 # positive): 13% better H+S on ml-latest-small than the paper's 0.9, as good
-# on `ml1m` (README, "Real MovieLens").
+# on `ml1m`.
 DEFAULT_MARGIN = 1.5
 
 

@@ -37,7 +37,7 @@ Where spreadout applies (each with its own weight, see `SpreadoutWeights`):
   negatives). It pushes an item away from the contexts it does not follow,
   which the item table's spreadout never does: on real MovieLens, hinge +
   item spreadout pulls a popular movie toward every context that precedes it
-  and nothing pushes it away from the others (README, "Real MovieLens").
+  and nothing pushes it away from the others.
   Without a margin (all s^2) it does nothing useful: once the item table is
   spread out, sum_y s(x, y)^2 = x^T (Y^T Y) x is the same for every unit x.
 """
@@ -53,7 +53,7 @@ PLACES = ("item", "context", "cross", "negative")
 # softmaxes give it no weight, and `negative_spreadout` leaves it out.
 PADDING_SCORE = -1e9
 # Cosine above which a negative is pushed away from a context (`negative`);
-# chosen on ml-latest-small (README, "Real MovieLens").
+# chosen on ml-latest-small.
 DEFAULT_NEGATIVE_MARGIN = 0.5
 
 

@@ -15,10 +15,10 @@
   heavy client's examples down by t_k / (n_k * epochs): on ml-latest-small the
   13% of users that the default cap cuts hold 54% of the training examples,
   and they are the users test recall is mostly made of. It did not help the
-  MovieLens defaults there (README, "Real MovieLens": global softmax no
-  better beyond seed noise, hinge + spreadout 0.5 points worse), so it is an
-  option. Without a cap this is uniform sampling. A client whose probability would pass 1 trains every round
-  and the others share the rest. The draw is a fixed-size sample with these
+  MovieLens defaults there (global softmax no better beyond seed noise,
+  hinge + spreadout 0.5 points worse), so it is an option. Without a cap
+  this is uniform sampling. A client whose probability would pass 1 trains
+  every round and the others share the rest. The draw is a fixed-size sample with these
   inclusion probabilities exactly (systematic sampling over a seeded random
   order of the clients).
 Both are functions of (seed, round) only, so a resumed run samples the clients

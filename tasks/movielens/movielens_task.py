@@ -181,7 +181,7 @@ class MovieLensTask:
 def top_decile_share(labels: np.ndarray, vocabulary_size: int) -> float:
   """The share of `labels` held by the most frequent 10% of the vocabulary's
   items (padding 0 out; at least one item): how popularity-skewed the data is,
-  which is what H+S's negative term corrects (README, "Real MovieLens")."""
+  which is what H+S's negative term corrects."""
   counts = np.sort(np.bincount(labels, minlength=vocabulary_size)[1:])[::-1]
   top = max(1, int(np.ceil(len(counts) / 10)))
   return round(float(counts[:top].sum() / max(counts.sum(), 1)), 4)

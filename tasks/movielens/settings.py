@@ -1,14 +1,14 @@
 """The settings of a MovieLens run or comparison, and their defaults.
 
-Client SGD by loss family (README, "Real MovieLens"): the softmax losses'
-gradients are 1/T = 20 times the hinge's (cosine scale); H+S with its
-negative term: 4.0 beats 1, 2 and 8 on ml-latest-small and 1 on ml1m. Server
-Adam at 0.05 with epsilon 1e-4 (TFF's default 1e-7): with it, an item row whose
-averaged update is tiny and noisy (a rare item, moved only through global
-softmax's denominator) still takes a full-rate step; on ml-latest-small,
-seeds 0-2, federated global softmax's test recall@10 rose from 5.11% to 5.30%
-on average, H+S's stayed level. Adam on the server normalizes away the hinge's
-small gradients, which plain FedAvg (server SGD at 1.0) learns far more slowly.
+Client SGD by loss family: the softmax losses' gradients are 1/T = 20 times
+the hinge's (cosine scale); H+S with its negative term: 4.0 beats 1, 2 and 8
+on ml-latest-small and 1 on ml1m. Server Adam at 0.05 with epsilon 1e-4 (TFF's
+default 1e-7): with it, an item row whose averaged update is tiny and noisy (a
+rare item, moved only through global softmax's denominator) still takes a
+full-rate step; on ml-latest-small, seeds 0-2, federated global softmax's test
+recall@10 rose from 5.11% to 5.30% on average, H+S's stayed level. Adam on the
+server normalizes away the hinge's small gradients, which plain FedAvg (server
+SGD at 1.0) learns far more slowly.
 Hinge + spreadout's clients stop at 10 batches a round, the softmax losses'
 at the loop's 20: at the hinge's 40-fold client rate, 20 steps carry each
 client's model off on the ml1m preset (federated drop 3.24% -> 0.02%), while
@@ -36,7 +36,7 @@ HINGE_CLIENT_LEARNING_RATE = 4.0
 HINGE_MAX_LOCAL_STEPS = 10
 FEDAVG_DEFAULTS = FedAvgConfig(client_learning_rate=None, server_optimizer="adam",
                                       server_learning_rate=0.05, server_epsilon=1e-4)
-# A comparison's centralized runs take the federated runs' clock where unset
+# A comparison's centralized runs take the federated loop's clock where unset
 # (`family.with_federated_schedule`); train_centralized one pass, no stopping
 # (given --patience, it reports the model the federated loop would).
 CENTRALIZED_DEFAULTS = CentralizedConfig(
