@@ -10,11 +10,11 @@ recall@10 rose from 5.11% to 5.30% on average, H+S's stayed level. Adam on the
 server normalizes away the hinge's small gradients, which plain FedAvg (server
 SGD at 1.0) learns far more slowly.
 Hinge + spreadout's clients stop at 10 batches a round, the softmax losses'
-at the loop's 20: at the hinge's 40-fold client rate, 20 steps carry each
-client's model off on the ml1m preset (federated drop 3.24% -> 0.02%), while
-5 slow ml-latest-small's many rounds down (drop 9.2% at seed 0; at 10:
-2.36%, README "How the defaults were chosen"). The references keep the
-loop's clock, every loss's.
+at the loop's 20: at the hinge's 40-fold client rate, more steps carry each
+client's model off on the ml1m preset (federated drop 3.24% at 20, 2.56% at
+15, 0.02% at 10), while fewer slow ml-latest-small's rounds down (2.36% at
+10, 6.40% at 5; README "How the defaults were chosen"). The references keep
+the loop's clock, every loss's.
 """
 
 import dataclasses
