@@ -145,13 +145,18 @@ def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
   per_round = 2 * 74 / 3
   assert movielens_family.federated_examples_per_round(task, settings) == pytest.approx(
       per_round)
+  # The references' clock takes the family's cap (20 batches, which none of
+  # these users fills), not the runs' 2: a round of 2 clients of 50 examples.
+  clock_round = 2 * 150 / 3
   matched = movielens_family.with_federated_schedule(settings, task)
-  assert matched.eval_every_steps == round(5 * per_round / 16) == 15
-  assert matched.steps == round(31 * per_round / 16) == 96
+  assert matched.eval_every_steps == round(5 * clock_round / 16) == 31
+  assert matched.steps == round(31 * clock_round / 16) == 194
   assert (matched.patience, matched.report_model, matched.batch_size) == (4, "maximum", 16)
   # The minimum: 3 passes of 3 users at 2 a round = 5 rounds' examples (the
   # federated minimum of 20 rounds is of server steps, not examples).
-  assert matched.min_passes == pytest.approx(5 * per_round / 150)
+  assert matched.min_passes == pytest.approx(5 * clock_round / 150)
+  uncapped = dataclasses.replace(settings, loop=dataclasses.replace(loop, max_local_steps=None))
+  assert movielens_family.with_federated_schedule(uncapped, task) == matched
   given = movielens_family.with_federated_schedule(MovieLensSettings(
       task=None, loop=loop, centralized=CentralizedConfig(epochs=3, eval_every_steps=7,
                                                           min_passes=1.0)), task)
@@ -159,7 +164,7 @@ def test_centralized_runs_are_evaluated_and_capped_on_the_federated_clock():
       3, None, 7, 1.0)
   assert CENTRALIZED_DEFAULTS.epochs is None and CENTRALIZED_DEFAULTS.min_passes is None
   # A hinge loss's federated runs take fewer batches; its reference keeps
-  # the loop's clock (above), as every loss's does.
+  # the clock above, as every loss's does.
   assert settings.loop_for("hinge_spreadout") == dataclasses.replace(
       loop, max_local_steps=HINGE_MAX_LOCAL_STEPS)
   assert settings.loop_for("global_softmax") == loop

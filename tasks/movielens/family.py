@@ -28,6 +28,7 @@ from fed_retrieval.training import early_stopping
 from fed_retrieval.training import federated_loop
 from fed_retrieval.training.centralized_loop import CentralizedConfig
 from fed_retrieval.training.centralized_loop import CentralizedJob
+from fed_retrieval.training.loop_config import LOOP_DEFAULTS
 from losses import registry
 from tasks import client_data
 from tasks import family
@@ -241,17 +242,19 @@ def federated_examples_per_round(task: MovieLensTask, settings: MovieLensSetting
 
 def with_federated_schedule(settings: MovieLensSettings, task: MovieLensTask
                             ) -> CentralizedConfig:
-  """A comparison's centralized runs on the federated loop's clock
-  (`settings.loop`, every loss's: a hinge loss's own cap of a client's
-  batches does not shorten its reference's patience), where not set: an
-  evaluation every as many examples as `eval_every` federated rounds train
-  on (so patience means as many examples in both settings), no stop
+  """A comparison's centralized runs on the federated loop's clock, where not
+  set: an evaluation every as many examples as `eval_every` federated rounds
+  train on with the family's cap of a client's batches (so patience means as
+  many examples in both settings; a cap is federated optimization, as the
+  client rate is, and no run's own cap moves its reference), no stop
   before as many examples as the federated minimum in passes (the minimum in
   rounds is about server steps, which a centralized run has none of), a cap
   of as many examples as the federated cap, and the loop's stopping rule."""
   loop = settings.loop.for_clients(task.federated_train.num_users)
   centralized = settings.centralized
-  per_round = federated_examples_per_round(task, settings)
+  per_round = federated_examples_per_round(task, dataclasses.replace(
+      settings, loop=dataclasses.replace(
+          settings.loop, max_local_steps=LOOP_DEFAULTS["movielens"].max_local_steps)))
   steps = lambda rounds: max(1, round(rounds * per_round / loop.batch_size))
   cap, minimum = dataclasses.replace(loop, min_rounds=0).round_budget(
       task.federated_train.num_users)

@@ -13,8 +13,8 @@ Hinge + spreadout's clients stop at 10 batches a round, the softmax losses'
 at the loop's 20: at the hinge's 40-fold client rate, more steps carry each
 client's model off on the ml1m preset (federated drop 3.24% at 20, 2.56% at
 15, 0.02% at 10), while fewer slow ml-latest-small's rounds down (2.36% at
-10, 6.40% at 5; README "How the defaults were chosen"). The references keep
-the loop's clock, every loss's.
+10, 6.40% at 5; README "How the defaults were chosen"). The references'
+clock keeps the family's 20 whatever a run's cap (`with_federated_schedule`).
 """
 
 import dataclasses
