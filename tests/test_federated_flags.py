@@ -6,6 +6,8 @@ from absl import flags
 import pytest
 
 from tasks import registry
+from tasks.movielens.settings import HINGE_CLIENT_LEARNING_RATE
+from tasks.movielens.settings import HINGE_MAX_LOCAL_STEPS
 from tasks.xc.settings import XCSettings
 from tests import flag_child
 
@@ -55,6 +57,15 @@ def test_movielens_defaults_and_flags():
           config["server_learning_rate_half_life"]) == (1e-3, 0, "examples", 50)
   assert resolved("--server_learning_rate_half_life=-1")["error"].startswith(
       "--server_learning_rate_half_life must be >= 0")
+
+
+def test_the_help_gives_the_movielens_hinge_defaults():
+  # Written in the help of flags every family shares; the values live in the
+  # MovieLens settings.
+  assert (f"hinge losses {HINGE_MAX_LOCAL_STEPS}."
+          in flags.FLAGS["max_local_steps"].help)
+  assert (f"hinge losses {HINGE_CLIENT_LEARNING_RATE}"
+          in flags.FLAGS["client_learning_rate"].help)
 
 
 def test_movielens_hinge_clients_take_fewer_batches_unless_a_cap_is_given():
