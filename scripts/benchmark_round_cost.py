@@ -8,7 +8,10 @@ tree, the TFF worker included), bytes down and up per client and their share
 of the model; FedAwS adds how its spreadout found neighbours and their recall.
 Several --num_classes or --local_workers run one after another, each in a
 child process of its own (its memory its own), and print {"runs": [...],
-"seconds_ratio_to_first": [...]}: side by side in one sitting. On several
+"seconds_ratio_to_first": [...]}: side by side in one sitting. With
+--sittings=N the configurations run in turn N times, so a machine's drift
+falls on each alike: the ratios are the median of the sittings' own (each
+sitting's seconds and ratios are printed; "runs" are the first sitting's). On several
 workers each run states the CPU seconds a round of the driver and of each
 worker, and a digest of the weights (the same on any number of workers).
 `make benchmark-round-cost` runs both algorithms at 10k, 100k and 670k
@@ -22,6 +25,7 @@ import traceback
 
 from scripts import cli  # First: isolates the network, quiets TF.
 from absl import flags
+import numpy as np
 
 from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.algorithms import fedaws
@@ -53,6 +57,9 @@ _LOCAL_WORKERS = flags.DEFINE_list(
     "local_workers", ["1"],
     "TFF workers on this machine the round's calls are spread over (what as many "
     "machines would do); several counts: each in its own process.")
+_SITTINGS = flags.DEFINE_integer(
+    "sittings", 1, "Times the configurations run in turn; the ratios are the median "
+    "of each sitting's.")
 _CLIENT_SHARDS = flags.DEFINE_integer(
     "client_shards", worker_threads.DEFAULT_CLIENT_SHARDS,
     "Shards of the round's clients, as a run computes them (--client_shards; a "
@@ -111,13 +118,20 @@ def main(argv) -> None:
   del argv
   configurations = [(n, w) for n in _counts(_NUM_CLASSES, 2)
                     for w in _counts(_LOCAL_WORKERS, 1)]
-  if len(configurations) == 1:
+  if _SITTINGS.value < 1:
+    raise ValueError(f"--sittings must be >= 1, got {_SITTINGS.value}")
+  if len(configurations) == 1 and _SITTINGS.value == 1:
     report = _report(*configurations[0])
   else:
-    runs = [_in_child(n, w) for n, w in configurations]
-    first = runs[0]["seconds_per_round_min"]
-    report = {"runs": runs, "seconds_ratio_to_first": [
-        round(r["seconds_per_round_min"] / first, 2) for r in runs]}
+    sittings = [[_in_child(n, w) for n, w in configurations]
+                for _ in range(_SITTINGS.value)]
+    seconds = np.array([[r["seconds_per_round_min"] for r in runs] for runs in sittings])
+    ratios = seconds / seconds[:, :1]
+    report = {"runs": sittings[0], "seconds_ratio_to_first": [
+        round(float(r), 2) for r in np.median(ratios, axis=0)]}
+    if len(sittings) > 1:
+      report["seconds_per_round_min_by_sitting"] = seconds.tolist()
+      report["seconds_ratio_by_sitting"] = np.round(ratios, 2).tolist()
   print(json.dumps(report, indent=2))
   result_files.write_report_page(page_flag.PAGE.value, "Sub-model round cost", report)
 

@@ -71,3 +71,21 @@ def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall()
     assert 0.5 < found["recall"] <= 1.0
     assert 0.8 * found["mean_cosine_exact"] < found["mean_cosine_found"] <= found[
         "mean_cosine_exact"] + 1e-6
+
+
+def test_sittings_run_the_configurations_in_turn_and_give_the_median_ratio():
+  report = benchmark("--algorithm=fedss", "--num_classes=300,600", "--num_negatives=20",
+                     "--sittings=3")
+  seconds = np.array(report["seconds_per_round_min_by_sitting"])
+  assert seconds.shape == (3, 2) and (seconds > 0).all()
+  ratios = seconds / seconds[:, :1]
+  np.testing.assert_allclose(report["seconds_ratio_by_sitting"], ratios, atol=0.005)
+  assert report["seconds_ratio_to_first"] == [1.0, round(float(np.median(ratios[:, 1])), 2)]
+  assert [r["num_classes"] for r in report["runs"]] == [300, 600]  # The first sitting's.
+  assert report["runs"][0]["seconds_per_round_min"] == seconds[0, 0]
+
+
+def test_no_sittings_is_refused_by_flag():
+  result = run_module("scripts.benchmark_round_cost", "--sittings=0")
+  assert result.returncode == 2
+  assert "--sittings must be >= 1" in result.stderr
