@@ -163,6 +163,12 @@ def test_fedss_rows_average_over_the_rounds_clients_in_xc_and_their_holders_in_m
   assert resolved("--task=xc", "--row_mean=holders")["fedss"]["row_mean"] == "holders"
 
 
+def test_fedss_corrects_its_logits_for_sampling_in_xc_and_not_in_movielens():
+  assert resolved("--task=xc")["fedss"]["log_q"] is True
+  assert resolved()["fedss"]["log_q"] is False
+  assert resolved("--task=xc", "--nolog_q")["fedss"]["log_q"] is False
+  assert resolved("--log_q")["fedss"]["log_q"] is True
+
 
 def test_xc_reference_towers_default_to_the_residual_and_are_checked():
   assert resolved("--task=xc")["reference_architectures"] == ["residual"]

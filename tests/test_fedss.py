@@ -212,29 +212,39 @@ def test_sampled_softmax_over_every_class_is_full_softmax(algorithm):
   np.testing.assert_allclose(got.numpy(), full.numpy(), rtol=1e-5)
 
 
-def numpy_round_loss(tower, rows, ids, values, positions, allowed, model):
+def numpy_round_loss(tower, rows, ids, values, positions, allowed, model, log_q=None):
   if model.scoring == "dot":
     logits = numpy_tower(tower, ids, values, normalize=False) @ rows.T
   else:
     unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
     logits = model.logit_scale * numpy_tower(tower, ids, values) @ unit.T
-  return numpy_candidate_loss(logits, positions, allowed)
+  return numpy_candidate_loss(logits, positions, allowed, log_q)
 
 
-@pytest.mark.parametrize("row_mean,bag,shards,clients,model", [
-    ("holders", "selected", None, CLIENTS, MODEL),
-    ("clients", "selected", None, CLIENTS, MODEL),
-    ("holders", "whole", None, CLIENTS, MODEL),
-    ("clients", "selected", [[0, 1]], CLIENTS, MODEL),  # One TFF client, both clients.
-    ("holders", "whole", [[0], [1]], CLIENTS, MODEL),
+def numpy_log_q(keys, is_real, slots, classes, negatives):
+  """log q of each key: 0 for a positive, log(negatives / (classes - the
+  client's real positives)) for a sampled negative."""
+  is_negative = is_real & (np.arange(len(keys)) >= slots)
+  positives = np.sum(is_real & ~is_negative)
+  return np.where(is_negative, np.log(negatives / (classes - positives)), 0.0)
+
+
+@pytest.mark.parametrize("row_mean,bag,shards,clients,model,log_q", [
+    ("holders", "selected", None, CLIENTS, MODEL, True),
+    ("clients", "selected", None, CLIENTS, MODEL, True),
+    ("clients", "selected", None, CLIENTS, MODEL, False),  # Uncorrected logits.
+    ("holders", "whole", None, CLIENTS, MODEL, True),
+    ("clients", "selected", [[0, 1]], CLIENTS, MODEL, True),  # One TFF client, both.
+    ("holders", "whole", [[0], [1]], CLIENTS, MODEL, True),
     # A point's other held label is never its negative.
-    ("clients", "selected", None, CLIENTS_WITH_OTHERS, MODEL),
-    ("holders", "whole", [[0, 1]], CLIENTS_WITH_OTHERS, MODEL),
-    ("clients", "selected", None, CLIENTS, DOT_MODEL)])
-def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards, clients, model):
+    ("clients", "selected", None, CLIENTS_WITH_OTHERS, MODEL, True),
+    ("holders", "whole", [[0, 1]], CLIENTS_WITH_OTHERS, MODEL, True),
+    ("clients", "selected", None, CLIENTS, DOT_MODEL, True)])
+def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards, clients, model,
+                                                    log_q):
   config = FedSSConfig(num_negatives=3, positives_per_client=2, client_learning_rate=0.4,
                        server_optimizer="sgd", server_learning_rate=1.0,
-                       row_mean=row_mean, row_learning_rate=2.0)
+                       row_mean=row_mean, row_learning_rate=2.0, log_q=log_q)
   other_labels = clients[0][2].shape[1] - 1 if clients[0][2].ndim == 2 else 0
   process = fedss.build_xc_process(model, config, max_features=WIDTH, seed=3, bag=bag,
                                    sharded=shards is not None, other_labels=other_labels)
@@ -252,10 +262,11 @@ def test_one_fedss_round_matches_a_hand_computation(row_mean, bag, shards, clien
     rows = table[keys]
     positions = np.array([list(keys).index(label) for label in labels])
     allowed = np.array([is_real & ~np.isin(keys, other) for other in others])
+    correction = numpy_log_q(keys, is_real, 2, 8, 3) if log_q else None
 
     def loss(tower_weights, client_rows):
       return numpy_round_loss(tower_weights, client_rows, ids, values, positions,
-                              allowed, model)
+                              allowed, model, correction)
 
     new_tower, new_rows = numeric_sgd_step(tower, rows, loss, 0.4)
     tower_deltas.append([n - o for n, o in zip(new_tower, tower)])

@@ -187,8 +187,9 @@ NUM_NEGATIVES = flags.DEFINE_integer(
     "FedSS: negative classes (items) each client samples uniformly per round "
     f"(default: {_FEDSS.negative_fraction:.0%} of the classes).")
 LOG_Q = flags.DEFINE_bool(
-    "log_q", _FEDSS.log_q,
-    "FedSS: subtract log(sampling probability) from the negatives' logits.")
+    "log_q", None,
+    "FedSS: subtract log(sampling probability) from the negatives' logits "
+    f"(default: xc {'on' if _FEDSS.log_q else 'off'}, movielens off; --nolog_q: off).")
 ROW_MEAN = flags.DEFINE_enum(
     "row_mean", None, list(sub_model.ROW_MEANS),
     "FedSS: a class row's update is the mean over the clients that held it "
