@@ -11,9 +11,10 @@ child process of its own (its memory its own), and print {"runs": [...],
 "seconds_ratio_to_first": [...]}: side by side in one sitting. With
 --sittings=N the configurations run in turn N times, so a machine's drift
 falls on each alike: the ratios are the median of the sittings' own (each
-sitting's seconds and ratios are printed; "runs" are the first sitting's). On several
-workers each run states the CPU seconds a round of the driver and of each
-worker, and a digest of the weights (the same on any number of workers).
+sitting's seconds and ratios are printed; "runs" are the first sitting's).
+On several workers each run states the CPU seconds a round of the driver
+and of each worker, and a digest of the weights (the same on any number of
+workers).
 `make benchmark-round-cost` runs both algorithms at 10k, 100k and 670k
 classes (Amazon-670K's 135,909 features) with the same clients, the
 contrasts at 100k, and 4,000 clients a round on 1, 2 and 3 workers.
