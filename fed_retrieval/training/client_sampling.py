@@ -18,9 +18,9 @@
   MovieLens defaults there (global softmax no better beyond seed noise,
   hinge + spreadout 0.5 points worse), so it is an option. Without a cap
   this is uniform sampling. A client whose probability would pass 1 trains
-  every round and the others share the rest. The draw is a fixed-size sample with these
-  inclusion probabilities exactly (systematic sampling over a seeded random
-  order of the clients).
+  every round and the others share the rest. The draw is a fixed-size
+  sample with these inclusion probabilities exactly (systematic sampling
+  over a seeded random order of the clients).
 Both are functions of (seed, round) only, so a resumed run samples the clients
 an uninterrupted one does.
 """
