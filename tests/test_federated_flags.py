@@ -6,6 +6,7 @@ from absl import flags
 import pytest
 
 from tasks import registry
+from tasks.movielens.settings import FEDSS_DEFAULTS
 from tasks.movielens.settings import HINGE_CLIENT_LEARNING_RATE
 from tasks.movielens.settings import HINGE_MAX_LOCAL_STEPS
 from tasks.xc.settings import XCSettings
@@ -59,13 +60,15 @@ def test_movielens_defaults_and_flags():
       "--server_learning_rate_half_life must be >= 0")
 
 
-def test_the_help_gives_the_movielens_hinge_defaults():
+def test_the_help_gives_the_movielens_defaults():
   # Written in the help of flags every family shares; the values live in the
   # MovieLens settings.
   assert (f"hinge losses {HINGE_MAX_LOCAL_STEPS}."
           in flags.FLAGS["max_local_steps"].help)
   assert (f"hinge losses {HINGE_CLIENT_LEARNING_RATE}"
           in flags.FLAGS["client_learning_rate"].help)
+  assert (f"movielens {'on' if FEDSS_DEFAULTS.log_q else 'off'};"
+          in flags.FLAGS["log_q"].help)
 
 
 def test_movielens_hinge_clients_take_fewer_batches_unless_a_cap_is_given():
