@@ -1,16 +1,17 @@
 """The server's answers in a sub-model round: each client's rows of the class
-table (and of the embedding bag), or a shard's clients' answers as one, and
-what a call's clients upload as per-row parts for `sub_model.RowSums`.
+table (and of the embedding bag), or a shard's clients' answers as one (with
+the bag rows of the call's shards sent once), and what a call's clients
+upload as per-row parts for `sub_model.RowSums`.
 O(rows touched) per client, in NumPy: the TFF worker only ever holds the
 clients' sub-models."""
 
-from typing import List, NamedTuple, Sequence
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 
 class RowParts(NamedTuple):
-  """Uploads for `RowSums.add`: per part (a client, or a shard's bag) its row
+  """Uploads for `RowSums.add`: per part (a client, or a call's bag) its row
   keys, their deltas summed over its clients (with the `clients` mean, each
   client's scaled by its weight), how many of its clients held each key, and
   its clients' weights."""
@@ -35,23 +36,39 @@ def answers(state, keys, bagged: bool) -> List[tuple]:
   return result
 
 
-def shard_answers(state, shard_keys, bagged: bool) -> List[tuple]:
+class CallBag(NamedTuple):
+  """A call's bag rows, sent once with the call's broadcast: the distinct
+  rows its shards' clients read, their keys, and each shard's positions
+  among them (its clients one after another)."""
+  rows: np.ndarray
+  keys: np.ndarray
+  positions: List[np.ndarray]
+
+
+def shard_answers(state, shard_keys, bagged: bool) -> Tuple[List[tuple], Optional[CallBag]]:
   """Each shard's answer from its keys (`build_client_keys`): its clients'
-  class rows [n, K, D], keys and is_real [n, K]; with a bag, the distinct bag
-  rows its clients read (once, however many read them), their keys, each
-  client's positions among them (one client after another) and each client's
-  count of them [n]."""
+  class rows [n, K, D], keys and is_real [n, K]; with a bag, also each
+  client's positions among the call's bag rows (one client after another)
+  and each client's count of them [n], and the call's `CallBag`: the rows
+  its clients read, each once however many shards read it (the shards of a
+  call read nearly the same rows: at Amazon-670K's shape a shard of 250
+  clients reads 95% of the bag)."""
+  call_bag = None
+  if bagged:
+    bag = np.asarray(state["tower"][0])  # A tensor's view.
+    shard_bag_keys = [np.asarray(keys[2]) for keys in shard_keys]
+    distinct, positions = np.unique(np.concatenate(shard_bag_keys), return_inverse=True)
+    ends = np.cumsum([len(k) for k in shard_bag_keys])[:-1]
+    call_bag = CallBag(bag[distinct], distinct.astype(np.int32),
+                       np.split(positions.astype(np.int32), ends))
   result = []
-  bag = np.asarray(state["tower"][0]) if bagged else None
-  for keys in shard_keys:
+  for i, keys in enumerate(shard_keys):
     class_keys = np.asarray(keys[0])
     answer = (state["table"][class_keys], class_keys, np.asarray(keys[1]))
     if bagged:
-      distinct, positions = np.unique(np.asarray(keys[2]), return_inverse=True)
-      answer += (bag[distinct], distinct.astype(np.int32), positions.astype(np.int32),
-                 np.asarray(keys[3]))
+      answer += (call_bag.positions[i], np.asarray(keys[3]))
     result.append(answer)
-  return result
+  return result, call_bag
 
 
 def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
@@ -67,10 +84,10 @@ def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
       [np.ones(int(np.sum(r)), np.int64) for r in real], [float(w) for w in weights])
 
 
-def shard_bag_parts(shard_answers_: Sequence[tuple], bag_sums: Sequence[np.ndarray],
-                    weights: Sequence[Sequence[float]]) -> RowParts:
-  """Shards' bag uploads (each its clients' weighted deltas summed on its
-  distinct rows) as parts: keys and positions from the shards' answers."""
-  return RowParts([a[4] for a in shard_answers_], [np.asarray(s) for s in bag_sums],
-                  [np.bincount(a[5], minlength=len(a[4])) for a in shard_answers_],
-                  [float(w) for shard in weights for w in shard])
+def call_bag_parts(call_bag: CallBag, bag_sum: np.ndarray, weights: Sequence[float]
+                   ) -> RowParts:
+  """A call's bag upload (its clients' weighted deltas summed on the call's
+  rows, `CallBag`) as one part."""
+  holders = np.bincount(np.concatenate(call_bag.positions), minlength=len(call_bag.keys))
+  return RowParts([call_bag.keys], [np.asarray(bag_sum)], [holders],
+                  [float(w) for w in weights])

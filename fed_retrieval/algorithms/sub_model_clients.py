@@ -7,8 +7,9 @@ with a selected bag, its bag rows, computed from its own data and the round.
 model with the rows it was answered, and returns its deltas. The tower's
 deltas are averaged in TFF (example-weighted; DP: summed after each client
 clips its own); the rows' come back per client for the server to average
-(`sub_model.RowSums`), but a shard's bag rows summed on the distinct rows
-its clients read; with the whole table, the table is broadcast and averaged
+(`sub_model.RowSums`), but the bag's summed on the call's rows (sharded: the
+call's distinct bag rows are broadcast once, each shard gathering its
+clients' rows from them); with the whole table, the table is broadcast and averaged
 as the tower is. A shard's loops are `tf.while_loop`s with autograph off
 (as in `client_shards`): converting them and all they call was 5.3 of the
 7.6 s a small XC run spent in autograph.
@@ -128,7 +129,7 @@ class ClientRound:
   trains and returns, one client or a shard of them per TFF client."""
 
   def __init__(self, spec, dense_shapes, num_rows: int, dim: int, bag_dim: int):
-    self.spec, self.num_rows, self.dim = spec, num_rows, dim
+    self.spec, self.num_rows, self.dim, self.bag_dim = spec, num_rows, dim, bag_dim
     self.bagged = spec.bag is not None
     dense_type = tff.StructWithPythonType([tensor_type(s) for s in dense_shapes], list)
     if spec.whole_table:
@@ -136,15 +137,20 @@ class ClientRound:
           (dense_type, tensor_type([num_rows, dim])), tuple)
       self.answer_type = None
       return
-    self.broadcast_type = tff.StructWithPythonType((dense_type,), tuple)
+    # Sharded with a bag: the call's bag rows and their keys go once, with
+    # the tower (`sub_model_answers.CallBag`).
+    self.call_bag = self.bagged and spec.sharded
+    bag_type = (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
+    self.broadcast_type = tff.StructWithPythonType(
+        (dense_type,) + (bag_type if self.call_bag else ()), tuple)
     clients = [None] if spec.sharded else []  # A shard's: one row per client.
     answer = (tensor_type(clients + [spec.num_keys, dim]),
               tensor_type(clients + [spec.num_keys], np.int32),
               tensor_type(clients + [spec.num_keys], np.bool_))
-    if self.bagged:  # A client's bag rows and keys; a shard's distinct ones,
-      answer += (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
-      if spec.sharded:  # then each client's positions among them and count.
-        answer += (tensor_type([None], np.int32), tensor_type([None], np.int32))
+    if self.call_bag:  # Each client's positions among the call's rows, its count.
+      answer += (tensor_type([None], np.int32), tensor_type([None], np.int32))
+    elif self.bagged:  # A client's bag rows and keys.
+      answer += bag_type
     self.answer_type = tff.StructWithPythonType(answer, tuple)
 
   def start(self, broadcast, answer):
@@ -193,15 +199,16 @@ class ClientRound:
     return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
                                                      is_real, dataset))
 
-  def shard_answer(self, answer, bag_ends, i):
-    """Client i's answer from its shard's (`sub_model_answers.shard_answers`);
-    `bag_ends`: where each client's positions end among the shard's."""
+  def shard_answer(self, broadcast, answer, bag_ends, i):
+    """Client i's answer from its shard's (`sub_model_answers.shard_answers`),
+    its bag rows gathered from the call's; `bag_ends`: where each client's
+    positions end among the shard's."""
     if self.spec.whole_table:
       return None
     picked = (answer[0][i], answer[1][i], answer[2][i])
     if self.bagged:
-      positions = answer[5][bag_ends[i] - answer[6][i]:bag_ends[i]]
-      picked += (tf.gather(answer[3], positions), tf.gather(answer[4], positions))
+      positions = answer[3][bag_ends[i] - answer[4][i]:bag_ends[i]]
+      picked += (tf.gather(broadcast[1], positions), tf.gather(broadcast[2], positions))
     return picked
 
   def train_shard(self, broadcast, answer, dataset):
@@ -210,18 +217,19 @@ class ClientRound:
     mean over them as the round weighs them (the tower by examples; the whole
     table by examples or per client), the loss sum and examples; with the
     whole table, the table mean's weight; else each client's uploads,
-    stacked, but the bag's deltas weighted by examples and summed on the
-    shard's distinct rows. (No DP: a shard's mean is not one client's
-    clipped update.)"""
+    stacked, and with a bag its deltas weighted by examples and summed on
+    the call's rows. (No DP: a shard's mean is not one client's clipped
+    update.)"""
     whole = self.spec.whole_table
+    shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
-    bag_ends = tf.cumsum(answer[6]) if self.bagged else None
+    bag_ends = tf.cumsum(answer[4]) if self.bagged else None
     uploads = (tf.TensorArray(tf.float32, size=slots,
                               element_shape=[self.spec.num_keys, self.dim]),
                tf.TensorArray(tf.float32, size=slots, infer_shape=False,
                               element_shape=[None, None]),
                tf.TensorArray(tf.float32, size=slots, element_shape=[]))
-    totals = (tuple(tf.zeros_like(t) for t in tf.nest.flatten(broadcast)),
+    totals = (tuple(tf.zeros_like(t) for t in tf.nest.flatten(shared_part)),
               tf.constant(0.0), tf.constant(0.0), tf.constant(0.0), uploads)
     shard = client_data.read_shard(dataset)
     client_batches = client_data.shard_client_batches(shard)
@@ -229,7 +237,7 @@ class ClientRound:
     def train_client(i, totals):
       """Client i trained from the round's model, its result added."""
       tower, rows, keys, is_real, bag_keys = self.start(
-          broadcast, self.shard_answer(answer, bag_ends, i))
+          broadcast, self.shard_answer(broadcast, answer, bag_ends, i))
 
       def step(index, state):
         batch = self.localized(client_data.shard_batch(shard, index), bag_keys)
@@ -246,14 +254,15 @@ class ClientRound:
     sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
     divisors = [examples] * len(broadcast[0]) + ([table_total] if whole else [])
     shared = tf.nest.pack_sequence_as(
-        broadcast, [tf.math.divide_no_nan(total, d) for total, d in zip(sums, divisors)])
+        shared_part, [tf.math.divide_no_nan(total, d) for total, d in zip(sums, divisors)])
     if whole:
       return shared, loss_total, examples, table_total
+    result = shared, loss_total, examples, (row_ta.stack(), count_ta.stack())
     if not self.bagged:
-      return shared, loss_total, examples, (row_ta.stack(), count_ta.stack())
-    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), answer[5],
-                                            tf.shape(answer[3])[0])
-    return shared, loss_total, examples, (row_ta.stack(), bag_sums, count_ta.stack())
+      return result
+    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), answer[3],
+                                            tf.shape(broadcast[1])[0])
+    return result + (tf.reshape(bag_sums, [-1, self.bag_dim]),)
 
   def _add(self, broadcast, totals, i, result):
     """The shard's running sums with client i's `result` added."""
@@ -270,9 +279,29 @@ class ClientRound:
     return (sums, loss_total + loss_sum, examples + count,
             table_total + self.table_weight(count), (row_ta, bag_ta, count_ta))
 
+  def _summed_rows(self, rows):
+    """The sum at the server of the clients' [R, D] rows, R the same on every
+    client but unknown to the types (`federated_sum` takes known shapes)."""
+    rows_type = rows.type_signature.member
+
+    @tff.tensorflow.computation
+    def empty():
+      return tf.zeros((0,) + rows_type.shape[1:], rows_type.dtype)
+
+    @tff.tensorflow.computation(rows_type, rows_type)
+    def add(total, more):
+      return tf.cond(tf.shape(total)[0] > 0, lambda: total + more, lambda: more)
+
+    @tff.tensorflow.computation(rows_type)
+    def identity(total):
+      return tf.identity(total)
+
+    return tff.federated_aggregate(rows, empty(), add, add, identity)
+
   def build(self, data_type) -> Any:
     """TFF: (broadcast @SERVER, [answers @CLIENTS,] data @CLIENTS) -> (mean
-    broadcast delta (DP: sum), loss sum, examples @SERVER[, uploads @CLIENTS])."""
+    dense delta (DP: sum), loss sum, examples @SERVER[, uploads @CLIENTS][,
+    the call's bag sums @SERVER: sharded with a bag])."""
     private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
     train = (tf.function(self.train_shard, autograph=False) if self.spec.sharded
              else self.train)
@@ -309,10 +338,12 @@ class ClientRound:
                                tff.FederatedType(self.answer_type, tff.CLIENTS),
                                data_at_clients)
     def client_round(broadcast, answers, data):
-      shared, loss_sum, count, uploads = tff.federated_map(
+      results = tff.federated_map(
           client_update, (tff.federated_broadcast(broadcast), answers, data))
+      shared, loss_sum, count, uploads = (results[i] for i in range(4))
       mean = tff.federated_zip(((tff.federated_sum(shared[0]) if private else
                                  tff.federated_mean(shared[0], weight=count)),))
-      return mean, tff.federated_sum(loss_sum), tff.federated_sum(count), uploads
+      summed = mean, tff.federated_sum(loss_sum), tff.federated_sum(count), uploads
+      return summed + ((self._summed_rows(results[4]),) if self.call_bag else ())
 
     return client_round
