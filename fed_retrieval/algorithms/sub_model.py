@@ -33,12 +33,17 @@ class rows; the distinct bag rows the call's shards read go once, with the
 call's broadcast); step 2 trains the shard's clients one after another in
 one pass over its batches, each from the round's model with its own rows,
 and returns their class-row uploads stacked, their bag deltas summed on the
-call's rows (over the call's shards, in TFF) and their tower deltas' mean. The round is the one of a TFF client each (tested, to
-rounding) without TFF's cost per client call, twice a round (a client's
-dataset serialized into the worker, its result out): on `xc_small`, 100
-clients a round, a FedAwS round took 0.70 s instead of 1.33; at Amazon-670K's
-shape, 4,000 clients a round, sending each shard's distinct bag rows once
-took the round from 51 s to 18-24 s (`scripts.benchmark_round_cost`).
+call's rows (over the call's shards, in TFF) and their tower deltas' mean.
+The round is the one of a TFF client each (tested, to rounding) without
+TFF's cost per client call, twice a round (a client's dataset serialized
+into the worker, its result out): on `xc_small`, 100 clients a round, a
+FedAwS round took 0.70 s instead of 1.33. At Amazon-670K's shape, 4,000
+clients a round (`scripts.benchmark_round_cost`), sending each shard's
+distinct bag rows once took the round from 51 s to 18-24 s; a shard of 250
+clients reads 95% of the bag, so sending them once a call instead of once a
+shard took the process tree from 7.1 to 4.7-4.9 GB and the driver's CPU a
+round from 21-22 s to 16-19 s (the worker's rose 10 -> 12-14 s: summing the
+call's bag deltas in TFF).
 
 A round's TFF calls take at most `MAX_CLIENTS_PER_CALL` clients, the server
 folding each call's uploads into per-row sums as it returns (`RowSums`), so
