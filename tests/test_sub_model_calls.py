@@ -22,6 +22,31 @@ from tests.configs import xc_settings_of
 pytestmark = pytest.mark.xdist_group("sub_model_calls")
 
 
+def test_a_calls_bag_rows_go_once_and_each_client_reads_its_own():
+  """Two shards whose clients read overlapping bag rows: the call sends each
+  row once, and each client's positions among them give back its own rows;
+  the call's summed upload comes back as one part holding each row's readers."""
+  bag = np.arange(20, dtype=np.float32).reshape(10, 2)
+  state = {"tower": [bag], "table": np.eye(4, dtype=np.float32)}
+  shard_keys = [  # (class keys [n, K], is_real [n, K], bag keys, bag keys a client).
+      (np.array([[0, 1], [2, 2]]), np.array([[True, True], [True, False]]),
+       np.array([1, 4, 7, 4, 9]), np.array([3, 2])),
+      (np.array([[3, 0]]), np.array([[True, True]]), np.array([7, 8, 1]), np.array([3]))]
+  answers, call_bag = sub_model_answers.shard_answers(state, shard_keys, bagged=True)
+  np.testing.assert_array_equal(call_bag.keys, [1, 4, 7, 8, 9])
+  np.testing.assert_array_equal(call_bag.rows, bag[[1, 4, 7, 8, 9]])
+  for answer, keys in zip(answers, shard_keys):
+    np.testing.assert_array_equal(answer[0], state["table"][keys[0]])
+    np.testing.assert_array_equal(call_bag.keys[answer[3]], keys[2])
+    np.testing.assert_array_equal(answer[4], keys[3])
+  summed = np.ones((5, 2), np.float32)
+  parts = sub_model_answers.call_bag_parts(call_bag, summed, [2.0, 3.0, 4.0])
+  np.testing.assert_array_equal(parts.keys[0], call_bag.keys)
+  np.testing.assert_array_equal(parts.holders[0], [2, 2, 2, 1, 1])  # Rows 1, 4, 7 twice.
+  np.testing.assert_array_equal(parts.sums[0], summed)
+  assert parts.weights == [2.0, 3.0, 4.0]
+
+
 @pytest.mark.parametrize("sizes,most,calls", [
     ([1] * 5, 2, [(0, 2), (2, 4), (4, 5)]),
     ([3, 4, 1, 2], 5, [(0, 1), (1, 3), (3, 4)]),
