@@ -45,7 +45,8 @@ class CallBag(NamedTuple):
   positions: List[np.ndarray]
 
 
-def shard_answers(state, shard_keys, bagged: bool) -> Tuple[List[tuple], Optional[CallBag]]:
+def shard_answers(state, shard_keys, bagged: bool
+                  ) -> Tuple[List[tuple], Optional[CallBag]]:
   """Each shard's answer from its keys (`build_client_keys`): its clients'
   class rows [n, K, D], keys and is_real [n, K]; with a bag, also each
   client's positions among the call's bag rows (one client after another)

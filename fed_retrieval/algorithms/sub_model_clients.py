@@ -9,10 +9,10 @@ deltas are averaged in TFF (example-weighted; DP: summed after each client
 clips its own); the rows' come back per client for the server to average
 (`sub_model.RowSums`), but the bag's summed on the call's rows (sharded: the
 call's distinct bag rows are broadcast once, each shard gathering its
-clients' rows from them); with the whole table, the table is broadcast and averaged
-as the tower is. A shard's loops are `tf.while_loop`s with autograph off
-(as in `client_shards`): converting them and all they call was 5.3 of the
-7.6 s a small XC run spent in autograph.
+clients' rows from them); with the whole table, the table is broadcast and
+averaged as the tower is. A shard's loops are `tf.while_loop`s with autograph
+off (as in `client_shards`): converting them and all they call was 5.3 of
+the 7.6 s a small XC run spent in autograph.
 """
 
 from typing import Any, Sequence
@@ -131,15 +131,15 @@ class ClientRound:
   def __init__(self, spec, dense_shapes, num_rows: int, dim: int, bag_dim: int):
     self.spec, self.num_rows, self.dim, self.bag_dim = spec, num_rows, dim, bag_dim
     self.bagged = spec.bag is not None
+    # Sharded with a bag: the call's bag rows and their keys go once, with
+    # the tower (`sub_model_answers.CallBag`).
+    self.call_bag = self.bagged and spec.sharded
     dense_type = tff.StructWithPythonType([tensor_type(s) for s in dense_shapes], list)
     if spec.whole_table:
       self.broadcast_type = tff.StructWithPythonType(
           (dense_type, tensor_type([num_rows, dim])), tuple)
       self.answer_type = None
       return
-    # Sharded with a bag: the call's bag rows and their keys go once, with
-    # the tower (`sub_model_answers.CallBag`).
-    self.call_bag = self.bagged and spec.sharded
     bag_type = (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
     self.broadcast_type = tff.StructWithPythonType(
         (dense_type,) + (bag_type if self.call_bag else ()), tuple)
