@@ -127,7 +127,7 @@ benchmark-round-cost: $(STAMP)
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws \
 	    --num_classes=10000,100000,670091 --num_features=135909
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --spreadout_search=approximate \
-	    --num_classes=10000,100000,670091 --num_features=135909 --repeats=10 --sittings=5
+	    --num_classes=10000,100000,670091 --num_features=135909 --repeats=10 --sittings=10
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss \
 	    --num_classes=10000,100000,670091 --num_features=135909
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=670091 \
