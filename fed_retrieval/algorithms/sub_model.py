@@ -41,7 +41,7 @@ FedAwS round took 0.70 s instead of 1.33. At Amazon-670K's shape, 4,000
 clients a round (`scripts.benchmark_round_cost`), sending each shard's
 distinct bag rows once took the round from 51 s to 18-24 s; a shard of 250
 clients reads 95% of the bag, so sending them once a call instead of once a
-shard took the process tree from 7.1 to 4.7-4.9 GB and the driver's CPU a
+shard took the process tree from 7.1 to 4.4-4.9 GB and the driver's CPU a
 round from 21-22 s to 16-19 s (the worker's rose 10 -> 12-14 s: summing the
 call's bag deltas in TFF).
 
