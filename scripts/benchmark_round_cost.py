@@ -14,7 +14,7 @@ falls on each alike: the ratios are the median of the sittings' own (each
 sitting's seconds and ratios are printed; "runs" are the first sitting's).
 On several workers each run states the CPU seconds a round of the driver
 and of each worker, and a digest of the weights (the same on any number of
-workers).
+workers); with --local_spreadout_shards, of each shard of FedAwS's index.
 `make benchmark-round-cost` runs both algorithms at 10k, 100k and 670k
 classes (Amazon-670K's 135,909 features) with the same clients, the
 contrasts at 100k, and 4,000 clients a round on 1, 2 and 3 workers.
@@ -58,6 +58,11 @@ _LOCAL_WORKERS = flags.DEFINE_list(
     "local_workers", ["1"],
     "TFF workers on this machine the round's calls are spread over (what as many "
     "machines would do); several counts: each in its own process.")
+_SPREADOUT_SHARDS = flags.DEFINE_integer(
+    "local_spreadout_shards", 0,
+    "FedAwS, approximate spreadout: the index's lists in this many local "
+    "scripts.spreadout_shard processes (what shards beside workers on as many "
+    "machines do; their CPU stated); 0: in the driver.")
 _SITTINGS = flags.DEFINE_integer(
     "sittings", 1, "Times the configurations run in turn; the ratios are the median "
     "of each sitting's.")
@@ -85,7 +90,7 @@ def _report(num_classes: int, workers: int) -> dict:
       num_classes, _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
       _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
       repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value, workers=workers,
-      client_shards=_CLIENT_SHARDS.value)
+      client_shards=_CLIENT_SHARDS.value, spreadout_shards=_SPREADOUT_SHARDS.value)
 
 
 def _in_child(num_classes: int, workers: int) -> dict:

@@ -19,18 +19,24 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
 from absl import logging  # pylint: disable=g-import-not-at-top
 
+from fed_retrieval.algorithms import class_neighbours  # pylint: disable=g-import-not-at-top
+from fed_retrieval.runtime import array_service  # pylint: disable=g-import-not-at-top
 from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
 from fed_retrieval.training import progress  # pylint: disable=g-import-not-at-top
 from fed_retrieval.training import run_directory  # pylint: disable=g-import-not-at-top
 
+_REMOTE_FLAGS = ("workers", "spreadout_shards")  # Flags naming other machines.
+
+
 def _uses_the_host_network(args: Sequence[str]) -> bool:
-  """A program that trains on --workers reaches them over the host's network;
+  """A program that trains on --workers (or --spreadout_shards) reaches them
+  over the host's network;
   `scripts.worker` is reached over it. Every other program keeps to a private
   network namespace with only loopback (its local worker unreachable)."""
   main_spec = getattr(sys.modules["__main__"], "__spec__", None)
   return (getattr(main_spec, "name", "") == "scripts.worker" or
-          any(a == "--workers" or (a.startswith("--workers=") and a != "--workers=")
-              for a in args))
+          any(a == f"--{flag}" or (a.startswith(f"--{flag}=") and a != f"--{flag}=")
+              for a in args for flag in _REMOTE_FLAGS))
 
 
 if not _uses_the_host_network(sys.argv[1:]):
@@ -164,7 +170,16 @@ def run(main: Callable[[Sequence[str]], None],
         if flags.FLAGS.workers:
           tff_runtime.use_remote_workers(flags.FLAGS.workers,
                                          flags.FLAGS.trusted_network)
+      if "spreadout_shards" in flags.FLAGS and flags.FLAGS.spreadout_shards:
+        tff_runtime.refuse_untrusted("spreadout_shards", flags.FLAGS.spreadout_shards,
+                                     flags.FLAGS.trusted_network)
+        class_neighbours.use_remote_shards(flags.FLAGS.spreadout_shards)
       main(argv)
+    except array_service.ServiceLost as e:  # Resumable: exit 3, as a lost worker.
+      tff_runtime.exit_with(
+          f"error: {e}; start it again (python -m scripts.spreadout_shard "
+          f"--port={e.port}) and re-run the same command to resume from the last "
+          "checkpoint")
     except (UserError, RatingsFormatError, ValueError, FileNotFoundError) as e:
       _fail(str(e))
     except OSError as e:  # Permissions, a full disk: name the path.

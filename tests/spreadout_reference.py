@@ -1,4 +1,5 @@
-"""NumPy references of the server spreadout step (tests of the step and of FedAwS)."""
+"""NumPy references of the server spreadout step (tests of the step and of
+FedAwS), and tables like trained ones (tests of its neighbour search)."""
 
 import numpy as np
 
@@ -41,3 +42,12 @@ def numpy_all_pairs_step(table, ids, margin, lr):
       grad_u[c] += -2 * hinge * diff / d
       grad_u[other] += 2 * hinge * diff / d
   return table - lr * unit_grad(table, grad_u)
+
+
+def clustered_table(num_rows, dim, clusters, spread, seed):
+  """Rows scattered around `clusters` random directions, as trained classes are."""
+  rng = np.random.default_rng(seed)
+  centres = rng.standard_normal((clusters, dim))
+  rows = centres[rng.integers(0, clusters, num_rows)] + spread * rng.standard_normal(
+      (num_rows, dim))
+  return rows.astype(np.float32)

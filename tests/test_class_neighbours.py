@@ -9,15 +9,7 @@ import tensorflow as tf
 from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.algorithms import fedaws
 from losses import class_spreadout
-
-
-def clustered_table(num_rows, dim, clusters, spread, seed):
-  """Rows scattered around `clusters` random directions, as trained classes are."""
-  rng = np.random.default_rng(seed)
-  centres = rng.standard_normal((clusters, dim))
-  rows = centres[rng.integers(0, clusters, num_rows)] + spread * rng.standard_normal(
-      (num_rows, dim))
-  return rows.astype(np.float32)
+from tests.spreadout_reference import clustered_table
 
 
 def test_exact_search_is_the_spreadouts_own():

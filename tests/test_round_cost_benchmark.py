@@ -73,6 +73,22 @@ def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall()
         "mean_cosine_exact"] + 1e-6
 
 
+def test_the_spreadouts_index_on_shard_processes_trains_as_the_index_here():
+  flags = ["--algorithm=fedaws", "--num_classes=300", "--spreadout_search=approximate"]
+  sharded = benchmark(*flags, "--local_spreadout_shards=2")
+  here = benchmark(*flags)
+  check_figures(sharded, "fedaws", "selected", 300)
+  assert sharded["weights_sha1"] == here["weights_sha1"]
+  assert sharded["memory"]["processes"] == 4  # Python, its TFF worker, two shards.
+  assert len(sharded["cpu_seconds_per_round"]["spreadout_shards"]) == 2
+  assert "spreadout_shards" not in here["cpu_seconds_per_round"]
+  refused = run_module("scripts.benchmark_round_cost", "--algorithm=fedss",
+                       "--local_spreadout_shards=2")
+  assert refused.returncode == 2
+  assert refused.stderr.strip().splitlines()[-1] == (
+      "error: --local_spreadout_shards: FedAwS with --spreadout_search=approximate only")
+
+
 def test_sittings_run_the_configurations_in_turn_and_give_the_median_ratio():
   report = benchmark("--algorithm=fedss", "--num_classes=300,600", "--num_negatives=20",
                      "--sittings=3")

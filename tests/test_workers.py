@@ -114,7 +114,7 @@ def test_a_worker_whose_process_stops_is_named_within_two_heartbeats():
 
 @pytest.mark.parametrize("flags,message", [
     (["--workers=10.1.2.3:8000"], "error: --workers: 10.1.2.3:8000 is not on this "
-                                  "machine, and a TFF worker's gRPC port is neither "
+                                  "machine, and its port is neither "
                                   "encrypted nor authenticated"),
     (["--workers=localhost:8000,localhost:8000"], "error: --workers: an address is "
                                                   "given twice"),

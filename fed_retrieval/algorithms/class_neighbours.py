@@ -24,9 +24,12 @@ the user: on Delicious (983 labels, half the lists scanned) FedAwS's test
 P@1 was 48.0 with it against 49.0 exact at seed 0 (README).
 """
 
-from typing import Optional
+import functools
+from typing import List, Optional, Sequence
 
 import numpy as np
+
+from fed_retrieval.runtime import array_service
 
 SEARCHES = ("exact", "approximate")
 NPROBE = 64
@@ -67,41 +70,103 @@ def _without_self(rows: np.ndarray, class_ids: np.ndarray, k: int) -> np.ndarray
                   own).astype(np.int32)
 
 
+class ListShard:
+  """The inverted lists of some of a table's rows: the part of an
+  `ApproximateNeighbours` one process holds. Its methods take and return
+  arrays only, so a shard is served to other machines as it is
+  (`scripts.spreadout_shard`, `SERVED`)."""
+
+  def __init__(self):
+    self._index = None
+    self._generation = 0
+
+  def _check(self, generation: np.ndarray) -> None:
+    if int(generation) != self._generation:
+      raise RuntimeError("another index configured this shard since (one run "
+                         "uses a shard at a time)")
+
+  def configure(self, centroids: np.ndarray, nprobe: np.ndarray) -> tuple:
+    """Empty lists around `centroids` (unit rows, never moved), `nprobe` of
+    them scanned a query: ([generation]), which the other methods take first
+    so that an index another one replaced on the shard fails loudly."""
+    import faiss  # pylint: disable=g-import-not-at-top
+    nlist, dim = centroids.shape
+    quantizer = faiss.IndexFlatIP(dim)
+    quantizer.add(np.ascontiguousarray(centroids, np.float32))
+    index = faiss.IndexIVFScalarQuantizer(
+        quantizer, dim, nlist, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT,
+        False)  # Rows stored as they are, not as residuals to their centroid.
+    index.is_trained = True
+    index.set_direct_map_type(faiss.DirectMap.Hashtable)
+    index.nprobe = int(nprobe)
+    self._index, self._quantizer = index, quantizer  # The index does not own it.
+    self._generation += 1
+    return (np.int64(self._generation),)
+
+  def reset(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple:
+    """The lists hold `rows` (unit rows) of `ids` alone."""
+    self._check(generation)
+    self._index.reset()
+    return self.place(generation, ids, rows)
+
+  def place(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple:
+    """The rows of `ids` (unique) are now `rows`: each moves to its list."""
+    import faiss  # pylint: disable=g-import-not-at-top
+    self._check(generation)
+    ids = np.asarray(ids, np.int64)
+    self._index.remove_ids(faiss.IDSelectorArray(ids))
+    self._index.add_with_ids(np.asarray(rows, np.float32), ids)
+    return ()
+
+  def search(self, generation: np.ndarray, queries: np.ndarray, count: np.ndarray
+             ) -> tuple:
+    """(inner products, ids) [n, count] of each unit query's `count` best
+    rows among the lists it scans; an empty slot's id is -1."""
+    self._check(generation)
+    return tuple(self._index.search(np.asarray(queries, np.float32), int(count)))
+
+
+SERVED = ("configure", "reset", "place", "search")  # `ListShard`'s served methods.
+
+
 class ApproximateNeighbours:
   """An inverted file over a class table whose rows change a few a round
   (module docstring). `nearest(before, table, changed, class_ids, k)`:
   `table` is `before` with the rows `changed` replaced; when `before` is the
   table the last call was told of (`moved`), only those rows are moved,
-  otherwise (the first call, a resumed run) every row is placed anew."""
+  otherwise (the first call, a resumed run) every row is placed anew.
 
-  def __init__(self, initial_table: np.ndarray, seed: int, nprobe: int = NPROBE):
-    import faiss  # pylint: disable=g-import-not-at-top
-    num_rows, dim = initial_table.shape
+  The lists live in `shards` (`ListShard`s, or their `RemoteShard`s on other
+  machines; default: one here), row i in shard i mod their number. All
+  share the centroids, so a query scans the same lists in each, and the
+  shards' best rows merged by score are the one index's: the neighbours do
+  not depend on the shards (bar rows tied in float16 at the cut)."""
+
+  def __init__(self, initial_table: np.ndarray, seed: int, nprobe: int = NPROBE,
+               shards: Sequence = ()):
+    num_rows, _ = initial_table.shape
     nlist = max(1, min(num_rows, int(round(4 * np.sqrt(num_rows)))))
     rng = np.random.default_rng([seed, num_rows])
     centroids = _normalized(initial_table[np.sort(rng.choice(num_rows, nlist,
                                                               replace=False))])
-    quantizer = faiss.IndexFlatIP(dim)
-    quantizer.add(centroids)
-    self._index = faiss.IndexIVFScalarQuantizer(
-        quantizer, dim, nlist, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT,
-        False)  # Rows stored as they are, not as residuals to their centroid.
-    self._index.is_trained = True
-    self._index.set_direct_map_type(faiss.DirectMap.Hashtable)
-    self._index.nprobe = min(nprobe, nlist)
-    self._quantizer = quantizer  # The index does not own it.
+    self.nlist, self.nprobe = nlist, min(nprobe, nlist)
+    self._shards = list(shards) or [ListShard()]
+    self._generations = [g for (g,) in array_service.call_each(
+        [functools.partial(s.configure, centroids, np.int64(self.nprobe))
+         for s in self._shards])]
     self._table: Optional[np.ndarray] = None  # The table the lists hold.
-    self.nlist, self.nprobe = nlist, self._index.nprobe
 
-  def _place(self, table: np.ndarray, ids: np.ndarray) -> None:
-    import faiss  # pylint: disable=g-import-not-at-top
-    ids = np.unique(ids).astype(np.int64)
-    self._index.remove_ids(faiss.IDSelectorArray(ids))
-    self._index.add_with_ids(_normalized(table[ids]), ids)
+  def _place(self, table: np.ndarray, ids: np.ndarray, method: str) -> None:
+    """`method` (reset, place) of each shard with its share of `ids`."""
+    owner = ids % len(self._shards)
+    parts = [ids[owner == s] for s in range(len(self._shards))]
+    array_service.call_each([
+        functools.partial(getattr(shard, method), generation, part, _normalized(table[part]))
+        for shard, generation, part in zip(self._shards, self._generations, parts)])
 
   def moved(self, table: np.ndarray, ids: np.ndarray) -> None:
     """`table` is the last one the index holds with the rows `ids` changed."""
-    self._place(table, ids)
+    self._place(table, np.unique(ids).astype(np.int64), "place")
     self._table = table
 
   def nearest(self, before: np.ndarray, table: np.ndarray, changed: np.ndarray,
@@ -110,12 +175,48 @@ class ApproximateNeighbours:
     if self._table is not None and before is self._table:
       self.moved(table, changed)
     else:
-      self._index.reset()
-      self._index.add_with_ids(_normalized(table), np.arange(len(table), dtype=np.int64))
+      self._place(table, np.arange(len(table), dtype=np.int64), "reset")
       self._table = table
     queries = _normalized(table[class_ids])
-    _, candidates = self._index.search(queries, RERANK * (k + 1))
+    count = RERANK * (k + 1)
+    found = array_service.call_each([
+        functools.partial(s.search, generation, queries, np.int64(count))
+        for s, generation in zip(self._shards, self._generations)])
+    scores, candidates = (np.concatenate(part, axis=1) for part in zip(*found))
+    if len(found) > 1:  # The shards' best, merged: the `count` best of all.
+      best = np.argsort(-scores, axis=1, kind="stable")[:, :count]
+      candidates = np.take_along_axis(candidates, best, 1)
     return _without_self(_reranked(table, queries, candidates), class_ids, k)
+
+
+class RemoteShard:
+  """A `ListShard` served at `address` (`scripts.spreadout_shard`), with its
+  methods; errors name `--spreadout_shards`."""
+
+  def __init__(self, address: str, heartbeat_seconds: float = array_service.HEARTBEAT_SECONDS):
+    self.remote = array_service.RemoteObject(address, "spreadout index shard",
+                                             "spreadout_shards", heartbeat_seconds)
+    for method in SERVED:
+      setattr(self, method, functools.partial(self.remote.call, method))
+
+
+_remote_addresses: List[str] = []  # Set by `use_remote_shards`.
+
+
+def use_remote_shards(addresses: Sequence[str]) -> None:
+  """Approximate indexes built from now on keep their lists on the shards
+  served at `addresses` (host:port each, `scripts.spreadout_shard`)."""
+  global _remote_addresses
+  if len(set(addresses)) != len(addresses):
+    raise ValueError(f"--spreadout_shards: an address is given twice ({','.join(addresses)})")
+  for address in addresses:
+    array_service.parse_address(address, "spreadout_shards")
+  _remote_addresses = list(addresses)
+
+
+def remote_shards() -> List[RemoteShard]:
+  """A `RemoteShard` per address of `use_remote_shards` ([]: the index is here)."""
+  return [RemoteShard(address) for address in _remote_addresses]
 
 
 def _reranked(table: np.ndarray, queries: np.ndarray, candidates: np.ndarray

@@ -181,7 +181,8 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
   """FedAwS's server spreadout on the updated classes (learning rate lambda *
   eta), as the sub-model process's table step. With an exact search, one TF
   graph; with an approximate one (`class_neighbours`), the neighbours come
-  from an inverted file kept across rounds."""
+  from an inverted file kept across rounds (its lists on the shards of
+  `class_neighbours.use_remote_shards`, if any)."""
   rate = config.spreadout_lambda * config.client_learning_rate
   num_rows, dim = initial_table.shape
   if config.spreadout == "all" or config.spreadout_search == "exact":
@@ -191,7 +192,8 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
             tf.TensorSpec([num_rows, dim], tf.float32), tf.TensorSpec([None], tf.int32)])
     return lambda before, table, updated: exact(table, updated).numpy()
   k = min(config.spreadout_k, num_rows - 1)
-  index = class_neighbours.ApproximateNeighbours(initial_table, seed)
+  index = class_neighbours.ApproximateNeighbours(
+      initial_table, seed, shards=class_neighbours.remote_shards())
   given = tf.function(lambda rows, updated, neighbours: class_spreadout.spreadout_step(
       rows, updated, rate, "topk", k, neighbours=neighbours), input_signature=[
           tf.TensorSpec([None, dim], tf.float32), tf.TensorSpec([None], tf.int32),

@@ -25,6 +25,7 @@ from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import xc_encoder
+from fed_retrieval.runtime import array_service
 from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.runtime import worker_threads
@@ -124,8 +125,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                     points_per_client: int = 100, classes_per_client: int = 10,
                     batch_size: int = 16, repeats: int = 3, seed: int = 0,
                     spreadout_search: str = "exact", workers: int = 1,
-                    client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS
-                    ) -> Dict[str, Any]:
+                    client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS,
+                    spreadout_shards: int = 0) -> Dict[str, Any]:
   """The figures of `repeats` timed rounds of `algorithm` (small architecture);
   bytes are the client with the most features' (`bag`: selected or whole).
   The clients are computed as a run computes them: in `client_shards` shards
@@ -133,6 +134,9 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   On `workers` local TFF workers (`tff_runtime.several_local_workers`), the
   CPU seconds a round of this process (the driver) and of each worker, and a
   digest of the weights after the rounds (equal on any number of workers).
+  With `spreadout_shards` (FedAwS, approximate), the index's lists live in
+  as many local `scripts.spreadout_shard` processes, whose CPU seconds a
+  round are stated too.
   FedAwS's report adds how its spreadout found neighbours and, when
   approximately, how they compare with the exact search's on the final table,
   for every class the clients hold (`spreadout_neighbours`)."""
@@ -141,6 +145,9 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                      f"got '{algorithm}'")
   if workers < 1:
     raise ValueError(f"--workers must be >= 1, got {workers}")
+  if spreadout_shards and (algorithm != "fedaws" or spreadout_search != "approximate"):
+    raise ValueError("--local_spreadout_shards: FedAwS with --spreadout_search="
+                     "approximate only")
   model = xc_encoder.XCEncoderConfig(num_features, num_classes, bag_dim=64,
                                      hidden_dims=(128,), embedding_dim=64)
   clients = random_clients(num_clients, points_per_client, classes_per_client,
@@ -153,10 +160,17 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
       seed, spreadout_search, client_shards > 0)
   with (tff_runtime.local_execution_context() if workers == 1 else
         tff_runtime.several_local_workers(workers)) as started, \
+       array_service.LocalServers("scripts.spreadout_shard", spreadout_shards,
+                                  tff_runtime.prepare_child) as shards, \
        process_memory.ProcessTreePeak() as peak:
     processes = [psutil.Process()] + [psutil.Process(w.pid) for w in (
-        [started] if workers == 1 else started)]
-    process = build_process()
+        [started] if workers == 1 else started)] + [
+            psutil.Process(p.pid) for p in shards.processes]
+    class_neighbours.use_remote_shards(shards.addresses)
+    try:
+      process = build_process()
+    finally:
+      class_neighbours.use_remote_shards([])  # The process holds its shards.
     state = process.initialize()
     state = process.next(state, data).state  # Warm-up: traces and compiles.
     seconds, cpu_before = [], [_cpu_seconds(p) for p in processes]
@@ -178,8 +192,11 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
           model, clients, state["table"], seed)
   return {"algorithm": algorithm, "bag": "whole" if oracle else bag, **spreadout,
           "num_classes": num_classes, "workers": workers,
-          "cpu_seconds_per_round": {"driver": round(cpu[0], 3),
-                                    "workers": [round(c, 3) for c in cpu[1:]]},
+          "cpu_seconds_per_round": {
+              "driver": round(cpu[0], 3),
+              "workers": [round(c, 3) for c in cpu[1:1 + workers]],
+              **({"spreadout_shards": [round(c, 3) for c in cpu[1 + workers:]]}
+                 if spreadout_shards else {})},
           "weights_sha1": _digest(weights),
           "num_features": num_features, "clients_per_round": num_clients,
           "tff_clients": len(data),

@@ -47,6 +47,7 @@ from absl import logging
 import grpc
 import portpicker
 
+from fed_retrieval.runtime import array_service
 from fed_retrieval.runtime import malloc_tuning
 from fed_retrieval.runtime import worker_threads
 
@@ -106,7 +107,7 @@ def set_max_worker_restarts(count: int) -> None:
   _max_worker_restarts = count
 
 
-def _exit_with(line: str) -> None:
+def exit_with(line: str) -> None:
   """Ends the program at once with `line` on stderr and WORKER_DIED_EXIT_CODE:
   called from a watcher thread, where raising would end only that thread."""
   sys.stdout.flush()
@@ -208,9 +209,9 @@ def die_with_parent() -> None:
   _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _prepare_worker() -> None:
-  """In the worker before exec: killed when this process dies; its own process
-  group, so a terminal's Ctrl-C reaches only the program (which decides how to
+def prepare_child() -> None:
+  """In a child (a worker, a spreadout shard) before exec: killed when this
+  process dies; its own process group, so a terminal's Ctrl-C reaches only the program (which decides how to
   end); SIGINT neither ignored nor blocked (the program may have either),
   since `stop` sends it."""
   die_with_parent()
@@ -252,7 +253,7 @@ class LocalWorker:
            f"--max_concurrent_computation_calls={self._max_calls}"],
           stdin=subprocess.DEVNULL, stdout=log, stderr=log,
           env=worker_threads.with_intra_op_threads(malloc_tuning.worker_environment()),
-          preexec_fn=_prepare_worker, close_fds=True)
+          preexec_fn=prepare_child, close_fds=True)
     finally:
       if log is not subprocess.DEVNULL:
         log.close()
@@ -291,7 +292,7 @@ class LocalWorker:
       _deaths.append(death)
       self._channel.close()
       return
-    _exit_with(worker_died_message(death))
+    exit_with(worker_died_message(death))
 
   def stop(self) -> None:
     """Stops the worker (idempotent)."""
@@ -365,15 +366,6 @@ _REMOTE_GRPC_OPTIONS = _GRPC_OPTIONS + [
 _LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
 
-def parse_worker_address(address: str) -> tuple:
-  """'host:port' (IPv6 as '[::1]:port') -> (host, port); errors name --workers."""
-  host, sep, port = address.strip().rpartition(":")
-  host = host.strip("[]")
-  if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-    raise ValueError(f"--workers: '{address}' is not host:port")
-  return host, int(port)
-
-
 def is_loopback(host: str) -> bool:
   """Whether `host` is this machine's loopback (a name or an address)."""
   if host in _LOOPBACK_NAMES:
@@ -396,7 +388,7 @@ class RemoteWorkers:
 
   def __init__(self, addresses: Sequence[str],
                heartbeat_seconds: float = HEARTBEAT_SECONDS):
-    self.hosts_and_ports = [parse_worker_address(a) for a in addresses]
+    self.hosts_and_ports = [array_service.parse_address(a, "workers") for a in addresses]
     self.addresses = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"
                       for h, p in self.hosts_and_ports]
     self.connected = False
@@ -431,7 +423,7 @@ class RemoteWorkers:
     if not self.connected or state in (grpc.ChannelConnectivity.READY,
                                        grpc.ChannelConnectivity.CONNECTING):
       return
-    _exit_with(remote_worker_lost_message(address, "its connection failed"))
+    exit_with(remote_worker_lost_message(address, "its connection failed"))
 
   def _heartbeat(self) -> None:
     """Opens a new connection to each worker every `heartbeat_seconds`. The
@@ -445,7 +437,7 @@ class RemoteWorkers:
           grpc.channel_ready_future(probe).result(timeout=self._heartbeat_seconds)
         except grpc.FutureTimeoutError:
           if self.connected:
-            _exit_with(remote_worker_lost_message(
+            exit_with(remote_worker_lost_message(
                 address, f"no new connection within {self._heartbeat_seconds:g} s: "
                 "its process stopped, or its host is down or unreachable"))
         finally:
@@ -464,6 +456,20 @@ def remote_worker_lost_message(address: str, why: str) -> str:
           "re-run the same command to resume from the last checkpoint")
 
 
+def refuse_untrusted(flag: str, addresses: Sequence[str], trusted_network: bool) -> None:
+  """Refuses `addresses` (host:port) off this machine unless `trusted_network`:
+  the servers there (TFF workers, spreadout shards) are neither encrypted nor
+  authenticated."""
+  exposed = [a for a in addresses
+             if not is_loopback(array_service.parse_address(a, flag)[0])]
+  if exposed and not trusted_network:
+    raise ValueError(
+        f"--{flag}: {', '.join(exposed)} is not on this machine, and its port is "
+        "neither encrypted nor authenticated; run it on a private network and say "
+        "so with --trusted_network, or reach it through an SSH tunnel (ssh -N -L "
+        f"PORT:localhost:PORT host, then --{flag}=localhost:PORT)")
+
+
 def use_remote_workers(addresses: Sequence[str], trusted_network: bool) -> None:
   """Runs train on the TFF workers at `addresses` (connected on first use).
 
@@ -472,15 +478,7 @@ def use_remote_workers(addresses: Sequence[str], trusted_network: bool) -> None:
   the hosts is private (README: a private network or SSH tunnels)."""
   global _remote_workers
   workers = RemoteWorkers(addresses)
-  exposed = [address for address, (host, _) in
-             zip(workers.addresses, workers.hosts_and_ports) if not is_loopback(host)]
-  if exposed and not trusted_network:
-    raise ValueError(
-        f"--workers: {', '.join(exposed)} is not on this machine, and a TFF "
-        "worker's gRPC port is neither encrypted nor authenticated; run it on a "
-        "private network and say so with --trusted_network, or reach it through "
-        "an SSH tunnel (ssh -N -L PORT:localhost:PORT host, then --workers="
-        "localhost:PORT)")
+  refuse_untrusted("workers", workers.addresses, trusted_network)
   if len(set(workers.addresses)) != len(workers.addresses):
     raise ValueError(f"--workers: an address is given twice ({','.join(addresses)})")
   _remote_workers = workers

@@ -221,6 +221,13 @@ SPREADOUT_SEARCH = flags.DEFINE_enum(
     "approximate (an inverted file kept across rounds, ~sqrt(classes) a query; "
     "its recall stated by scripts.benchmark_round_cost; on Delicious it cost "
     "2.8 P@1).")
+SPREADOUT_SHARDS = flags.DEFINE_list(
+    "spreadout_shards", [],
+    "FedAwS --spreadout_search=approximate: keep the index's lists on these "
+    "shards, host:port,... (each started there with python -m "
+    "scripts.spreadout_shard --port=PORT, beside a worker), which search and move "
+    "the rows; the server step's machine only merges their answers (default: the "
+    "index on this machine).")
 
 # What --help lists (`scripts.cli.run(help_groups=...)`): (title, the --task
 # it serves or None for all, flags).
@@ -238,7 +245,7 @@ DP_FLAGS = ("Client-level differential privacy", None, (
 FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", ("movielens", "xc"),
                (NUM_NEGATIVES, LOG_Q, ROW_MEAN, ROW_LEARNING_RATE))
 FEDAWS_FLAGS = ("FedAwS", "xc", (HINGE_MARGIN, SPREADOUT, SPREADOUT_K, SPREADOUT_LAMBDA,
-                                 SPREADOUT_MARGIN, SPREADOUT_SEARCH))
+                                 SPREADOUT_MARGIN, SPREADOUT_SEARCH, SPREADOUT_SHARDS))
 ALL_FLAGS = (LOOP_FLAGS, FEDAVG_FLAGS, DP_FLAGS, FEDSS_FLAGS, FEDAWS_FLAGS)
 
 

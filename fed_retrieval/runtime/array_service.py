@@ -1,0 +1,286 @@
+"""An object's methods called from other processes or machines, NumPy arrays
+in and out: how the spreadout's index shards (`class_neighbours`) run beside
+TFF workers, whose computations cannot keep state between calls.
+
+A message is a 4-byte length, a JSON header (the method, or an error, and
+each array's dtype and shape), then the arrays' raw bytes: nothing is
+unpickled, so a peer can send numbers and the names of the served methods,
+never code. `serve` answers each connection in a thread of its own, the
+target's methods one at a time; a `ping` is answered at once (a liveness
+probe). A `RemoteObject` waits on its connection in slices of
+`heartbeat_seconds`; after each silent slice it opens a new connection and
+pings, so a server whose process stopped (SIGSTOP), whose host went down or
+whose port closed is named (`ServiceLost`) within two slices, while a long
+call into a live one waits as long as it takes.
+"""
+
+import concurrent.futures
+import json
+import select
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import portpicker
+
+HEARTBEAT_SECONDS = 10.0
+_CONNECT_SECONDS = 30.0
+_STARTUP_SECONDS = 60.0
+_CHUNK = 1 << 22  # Bytes a send hands the kernel at most at once.
+_KINDS = "biuf"  # Array kinds a message may hold: numbers only.
+
+
+class ServiceLost(RuntimeError):
+  """A served object stopped answering; the message names its address, and
+  `port` is its port."""
+
+  def __init__(self, message: str, port: int):
+    super().__init__(message)
+    self.port = port
+
+
+def parse_address(address: str, flag: str) -> Tuple[str, int]:
+  """'host:port' (IPv6 as '[::1]:port') -> (host, port); errors name `flag`."""
+  host, sep, port = address.strip().rpartition(":")
+  host = host.strip("[]")
+  if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise ValueError(f"--{flag}: '{address}' is not host:port")
+  return host, int(port)
+
+
+class _Connection:
+  """A non-blocking socket sending and receiving messages; `wait(sock,
+  writing)` returns once the socket is ready (the caller's liveness rule)."""
+
+  def __init__(self, sock: socket.socket, wait: Callable[[socket.socket, bool], None]):
+    sock.setblocking(False)
+    self.sock, self._wait = sock, wait
+
+  def send(self, head: dict, arrays: Sequence[np.ndarray]) -> None:
+    arrays = [np.array(a, order="C", copy=False) for a in arrays]  # 0-d stays 0-d.
+    head = dict(head, arrays=[[a.dtype.str, list(a.shape)] for a in arrays])
+    text = json.dumps(head).encode()
+    for part in [struct.pack("!I", len(text)) + text] + [a.reshape(-1).view(np.uint8)
+                                                          for a in arrays]:
+      view = memoryview(part).cast("B")
+      while view:
+        try:
+          view = view[self.sock.send(view[:_CHUNK]):]
+        except BlockingIOError:
+          self._wait(self.sock, True)
+
+  def _exactly(self, size: int) -> bytearray:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+      try:
+        count = self.sock.recv_into(view[got:], min(size - got, _CHUNK))
+      except BlockingIOError:
+        self._wait(self.sock, False)
+        continue
+      if count == 0:
+        raise ConnectionError("the connection closed")
+      got += count
+    return buffer
+
+  def receive(self) -> Tuple[dict, List[np.ndarray]]:
+    (size,) = struct.unpack("!I", self._exactly(4))
+    head = json.loads(self._exactly(size))
+    arrays = []
+    for dtype, shape in head.pop("arrays"):
+      dtype = np.dtype(dtype)
+      if dtype.kind not in _KINDS:
+        raise ValueError(f"an array of dtype {dtype} (numbers only)")
+      count = int(np.prod(shape, dtype=np.int64))
+      arrays.append(np.frombuffer(self._exactly(count * dtype.itemsize), dtype
+                                  ).reshape(shape))
+    return head, arrays
+
+
+def _wait_forever(sock: socket.socket, writing: bool) -> None:
+  select.select([], [sock], []) if writing else select.select([sock], [], [])
+
+
+def serve(port: int, target: Any, methods: Sequence[str],
+          ready: Optional[Callable[[], None]] = None) -> None:
+  """Answers calls of `target`'s `methods` (each takes and returns arrays) on
+  `port`, every interface, until the process ends; `ready()` once listening."""
+  if socket.has_dualstack_ipv6():
+    listener = socket.create_server(("::", port), family=socket.AF_INET6,
+                                    dualstack_ipv6=True)
+  else:
+    listener = socket.create_server(("", port))
+  lock = threading.Lock()
+
+  def answer(sock: socket.socket) -> None:
+    connection = _Connection(sock, _wait_forever)
+    with sock:
+      while True:
+        try:
+          head, arrays = connection.receive()
+        except (ConnectionError, OSError, ValueError):
+          return  # The caller went away (or spoke garbage): its connection ends.
+        method = head.get("method")
+        if method == "ping":
+          connection.send({}, [])
+          continue
+        try:
+          if method not in methods:
+            raise ValueError(f"no method '{method}' (served: {', '.join(methods)})")
+          with lock:
+            result = getattr(target, method)(*arrays)
+          connection.send({}, list(result))
+        except Exception as e:  # pylint: disable=broad-except
+          connection.send({"error": f"{type(e).__name__}: {e}"}, [])
+
+  if ready:
+    ready()
+  while True:
+    sock, _ = listener.accept()
+    threading.Thread(target=answer, args=(sock,), daemon=True).start()
+
+
+class RemoteObject:
+  """The object `serve`d at `address`: `call(method, *arrays)` -> its arrays.
+  `what` names it in errors ("the spreadout index shard")."""
+
+  def __init__(self, address: str, what: str, flag: str,
+               heartbeat_seconds: float = HEARTBEAT_SECONDS):
+    self.host, self.port = parse_address(address, flag)
+    self.address = f"[{self.host}]:{self.port}" if ":" in self.host else address.strip()
+    self._what, self._flag = what, flag
+    self._heartbeat = heartbeat_seconds
+    self._connection: Optional[_Connection] = None
+
+  def _lost(self, why: str) -> ServiceLost:
+    return ServiceLost(f"the {self._what} at {self.address} stopped answering ({why})",
+                       self.port)
+
+  def _open(self, timeout: float) -> socket.socket:
+    return socket.create_connection((self.host, self.port), timeout=timeout)
+
+  def _wait(self, sock: socket.socket, writing: bool) -> None:
+    """Returns once `sock` is ready; a silent slice is followed by a probe."""
+    while not (select.select([], [sock], [], self._heartbeat)[1] if writing else
+               select.select([sock], [], [], self._heartbeat)[0]):
+      self.probe()
+
+  def probe(self) -> None:
+    """Raises `ServiceLost` unless the server answers a ping on a new
+    connection within `heartbeat_seconds`."""
+    try:
+      with self._open(self._heartbeat) as sock:
+        deadline = time.monotonic() + self._heartbeat
+
+        def until_deadline(sock_, writing):
+          left = deadline - time.monotonic()
+          ready = (select.select([], [sock_], [], max(left, 0))[1] if writing else
+                   select.select([sock_], [], [], max(left, 0))[0])
+          if not ready:
+            raise TimeoutError()
+
+        connection = _Connection(sock, until_deadline)
+        connection.send({"method": "ping"}, [])
+        connection.receive()
+    except (TimeoutError, socket.timeout):
+      raise self._lost(f"no answer within {self._heartbeat:g} s: its process "
+                       "stopped, or its host is down or unreachable") from None
+    except OSError:
+      raise self._lost("its connection failed") from None
+
+  def connect(self) -> None:
+    """Opens the connection, or says in one line that nothing answers."""
+    if self._connection is not None:
+      return
+    try:
+      self._connection = _Connection(self._open(_CONNECT_SECONDS), self._wait)
+    except OSError as e:
+      raise ValueError(f"--{self._flag}: no {self._what} answers at {self.address} "
+                       f"({e.strerror or e})") from e
+
+  def call(self, method: str, *arrays: np.ndarray) -> List[np.ndarray]:
+    self.connect()
+    try:
+      self._connection.send({"method": method}, arrays)
+      head, result = self._connection.receive()
+    except OSError:
+      self.close()
+      raise self._lost("its connection failed") from None
+    if "error" in head:
+      raise RuntimeError(f"the {self._what} at {self.address}: {head['error']}")
+    return result
+
+  def close(self) -> None:
+    connection, self._connection = self._connection, None
+    if connection is not None:
+      connection.sock.close()
+
+
+def call_each(calls: Sequence[Callable[[], Any]]) -> List[Any]:
+  """Each of `calls` at once (a thread each; remote calls wait on sockets), in
+  order; one call runs in this thread."""
+  if len(calls) == 1:
+    return [calls[0]()]
+  with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+    return [f.result() for f in [pool.submit(c) for c in calls]]
+
+
+class LocalServers:
+  """`count` servers on this machine, each `python -m module --port=P`, tied to
+  this process's lifetime (the kernel kills them if it dies): what servers on
+  as many machines do, measured on one."""
+
+  def __init__(self, module: str, count: int, prepare: Callable[[], None]):
+    self._module, self._count, self._prepare = module, count, prepare
+    self.processes: List[subprocess.Popen] = []
+    self.addresses: List[str] = []
+
+  def __enter__(self) -> "LocalServers":
+    try:
+      for _ in range(self._count):
+        port = portpicker.pick_unused_port()
+        self.processes.append(subprocess.Popen(
+            [sys.executable, "-m", self._module, f"--port={port}"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, preexec_fn=self._prepare, close_fds=True))
+        self.addresses.append(f"localhost:{port}")
+      for process, address in zip(self.processes, self.addresses):
+        self._await(process, address)
+    except BaseException:
+      self.stop()
+      raise
+    return self
+
+  def _await(self, process: subprocess.Popen, address: str) -> None:
+    deadline = time.monotonic() + _STARTUP_SECONDS
+    remote = RemoteObject(address, self._module, "local servers", heartbeat_seconds=1.0)
+    while True:
+      if process.poll() is not None:
+        raise RuntimeError(f"{self._module} exited with code {process.returncode}")
+      try:
+        remote.probe()
+        return
+      except ServiceLost:
+        if time.monotonic() > deadline:
+          raise RuntimeError(f"{self._module} did not answer in {_STARTUP_SECONDS:.0f} s"
+                             ) from None
+        time.sleep(0.1)
+
+  def stop(self) -> None:
+    for process in self.processes:
+      if process.poll() is None:
+        process.terminate()
+    for process in self.processes:
+      try:
+        process.wait(timeout=5)
+      except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+  def __exit__(self, *exc_info) -> None:
+    self.stop()

@@ -1,0 +1,191 @@
+"""FedAwS's approximate spreadout index kept on shards in other processes: the
+wire that carries arrays, the neighbours (the one index's), a shard that
+stops answering, and a run that uses shards, loses one and resumes."""
+
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import portpicker
+import pytest
+
+from fed_retrieval.algorithms import class_neighbours
+from fed_retrieval.runtime import array_service
+from fed_retrieval.runtime import tff_runtime
+from tests.script_runs import run_module
+from tests.script_runs import start_module
+from tests.script_runs import wait_for_round
+from tests.spreadout_reference import clustered_table
+
+
+class _Arithmetic:
+  def add(self, a, b):
+    return (a + b,)
+
+  def shapes(self, *arrays):
+    return tuple(np.asarray(a.shape, np.int64) for a in arrays)
+
+
+@pytest.fixture(scope="module")
+def served():
+  """An `_Arithmetic` served by a thread of this process: its address."""
+  port, ready = portpicker.pick_unused_port(), threading.Event()
+  threading.Thread(target=array_service.serve, daemon=True, args=(
+      port, _Arithmetic(), ("add", "shapes"), ready.set)).start()
+  assert ready.wait(10)
+  return f"localhost:{port}"
+
+
+def test_arrays_of_every_number_type_and_shape_go_and_come_back(served):
+  remote = array_service.RemoteObject(served, "test service", "test")
+  big = np.random.default_rng(0).standard_normal(3_000_000).astype(np.float32)  # > a chunk.
+  (total,) = remote.call("add", big, np.float32(1.5))
+  np.testing.assert_array_equal(total, big + 1.5)
+  arrays = [np.int64(7), np.zeros((0, 3), np.float16), np.ones((2, 3, 4), bool),
+            np.arange(6, dtype=np.uint8).reshape(2, 3)]
+  shapes = remote.call("shapes", *arrays)
+  assert [s.tolist() for s in shapes] == [[], [0, 3], [2, 3, 4], [2, 3]]
+  (same,) = remote.call("add", arrays[3], np.uint8(0))
+  assert same.dtype == np.uint8 and same.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_an_unserved_method_is_an_error_naming_it_and_the_connection_lives_on(served):
+  remote = array_service.RemoteObject(served, "test service", "test")
+  with pytest.raises(RuntimeError, match=f"the test service at {served}: ValueError: no "
+                     r"method '__init__' \(served: add, shapes\)"):
+    remote.call("__init__")
+  assert remote.call("add", np.int64(2), np.int64(3))[0] == 5
+
+
+def test_text_is_refused_as_data_and_the_caller_told():
+  port, ready = portpicker.pick_unused_port(), threading.Event()
+  threading.Thread(target=array_service.serve, daemon=True, args=(
+      port, _Arithmetic(), ("add",), ready.set)).start()
+  assert ready.wait(10)
+  remote = array_service.RemoteObject(f"localhost:{port}", "test service", "test")
+  with pytest.raises(array_service.ServiceLost, match=f"at localhost:{port} stopped"):
+    remote.call("add", np.array(["os.system"]), np.array(["x"]))
+
+
+def test_shards_in_other_processes_find_the_one_indexs_neighbours_round_by_round():
+  rng = np.random.default_rng(3)
+  table = clustered_table(30_000, 16, 150, 0.3, seed=3)
+  here = class_neighbours.ApproximateNeighbours(table, seed=0)
+  with array_service.LocalServers("scripts.spreadout_shard", 3,
+                                  tff_runtime.prepare_child) as servers:
+    shards = [class_neighbours.RemoteShard(a) for a in servers.addresses]
+    spread = class_neighbours.ApproximateNeighbours(table, seed=0, shards=shards)
+    before = None
+    for _ in range(3):  # The first round places every row; the others move some.
+      changed = rng.choice(len(table), 800, replace=False).astype(np.int32)
+      after = table.copy()
+      after[changed] += rng.standard_normal((800, 16)).astype(np.float32)
+      queries = changed[:300]
+      np.testing.assert_array_equal(spread.nearest(before, after, changed, queries, 10),
+                                    here.nearest(before, after, changed, queries, 10))
+      before = table = after
+
+
+def test_a_shard_another_index_configured_since_refuses_the_first():
+  shard = class_neighbours.ListShard()
+  centroids = np.eye(4, dtype=np.float32)
+  (first,) = shard.configure(centroids, np.int64(2))
+  shard.reset(first, np.arange(4), centroids)
+  (second,) = shard.configure(centroids, np.int64(2))
+  with pytest.raises(RuntimeError, match="another index configured this shard since"):
+    shard.search(first, centroids, np.int64(1))
+  shard.reset(second, np.arange(4), centroids)
+  scores, ids = shard.search(second, centroids, np.int64(1))
+  assert ids.ravel().tolist() == [0, 1, 2, 3] and np.allclose(scores, 1)
+
+
+def test_a_shard_whose_process_stops_or_dies_is_named_within_two_heartbeats():
+  queries = np.eye(4, dtype=np.float32)
+  with array_service.LocalServers("scripts.spreadout_shard", 1,
+                                  tff_runtime.prepare_child) as servers:
+    (address,), (process,) = servers.addresses, servers.processes
+    shard = class_neighbours.RemoteShard(address, heartbeat_seconds=1.0)
+    (generation,) = shard.configure(queries, np.int64(1))
+    os.kill(process.pid, signal.SIGSTOP)  # Its port stays open: the kernel accepts.
+    stopped_at = time.monotonic()
+    try:
+      with pytest.raises(array_service.ServiceLost) as lost:
+        shard.search(generation, queries, np.int64(1))
+      assert time.monotonic() - stopped_at < 2 * 1.0 + 1
+    finally:
+      os.kill(process.pid, signal.SIGCONT)
+    assert str(lost.value) == (
+        f"the spreadout index shard at {address} stopped answering (no answer within "
+        "1 s: its process stopped, or its host is down or unreachable)")
+    process.kill()
+    process.wait()
+    with pytest.raises(array_service.ServiceLost, match=f"shard at {address} stopped"):
+      shard.search(generation, queries, np.int64(1))
+
+
+QUICK_FEDAWS = ["--task=xc", "--synthetic_xc=xc_tiny", "--algorithm=fedaws",
+                "--spreadout_search=approximate", "--spreadout_k=3", "--rounds=8",
+                "--clients_per_round=20", "--eval_every=2", "--checkpoint_every=1",
+                "--patience=0"]
+
+
+def _results(output_dir):
+  with open(os.path.join(output_dir, "results.json")) as f:
+    return json.load(f)
+
+
+def _start_shards(*ports):
+  shards = [start_module("scripts.spreadout_shard", f"--port={port}") for port in ports]
+  for port in ports:
+    deadline = time.monotonic() + 60
+    while True:
+      try:
+        array_service.RemoteObject(f"localhost:{port}", "shard", "test", 1.0).probe()
+        break
+      except array_service.ServiceLost:
+        assert time.monotonic() < deadline, f"no shard on port {port}"
+        time.sleep(0.1)
+  return shards
+
+
+@pytest.mark.runs_long
+def test_a_run_on_shards_is_the_run_here_and_a_lost_shard_resumes_identically(tmp_path):
+  here = run_module("scripts.train_federated", *QUICK_FEDAWS,
+                    f"--output_dir={tmp_path}/here")
+  assert here.returncode == 0, here.stderr[-3000:]
+  ports = [portpicker.pick_unused_port() for _ in range(2)]
+  shards = _start_shards(*ports)
+  addresses = "--spreadout_shards=" + ",".join(f"localhost:{p}" for p in ports)
+  run = start_module("scripts.train_federated", *QUICK_FEDAWS, addresses,
+                     f"--output_dir={tmp_path}/shards")
+  wait_for_round(str(tmp_path / "shards"), 3)
+  shards[1].kill()
+  lost_at = time.monotonic()
+  assert run.wait(timeout=60) == 3
+  assert time.monotonic() - lost_at < 15
+  assert run.stderr.read().strip().splitlines()[-1] == (
+      f"error: the spreadout index shard at localhost:{ports[1]} stopped answering "
+      "(its connection failed); start it again (python -m scripts.spreadout_shard "
+      f"--port={ports[1]}) and re-run the same command to resume from the last "
+      "checkpoint")
+  shards[1:] = _start_shards(ports[1])
+  resumed = run_module("scripts.train_federated", *QUICK_FEDAWS, addresses,
+                       f"--output_dir={tmp_path}/shards")
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert _results(tmp_path / "shards")["test"] == _results(tmp_path / "here")["test"]
+  for shard in shards:
+    shard.send_signal(signal.SIGTERM)
+    assert shard.wait(timeout=10) == 0
+
+
+def test_a_shard_that_does_not_answer_is_one_line_and_exit_2(tmp_path):
+  port = portpicker.pick_unused_port()
+  result = run_module("scripts.train_federated", *QUICK_FEDAWS,
+                      f"--spreadout_shards=localhost:{port}", f"--output_dir={tmp_path}/run")
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      f"error: --spreadout_shards: no spreadout index shard answers at localhost:{port} "
+      "(Connection refused)")
