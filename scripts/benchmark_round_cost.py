@@ -6,12 +6,13 @@ label-space sizes.
 Prints one JSON object: seconds per round, `memory` (peak RSS of the process
 tree, the TFF worker included), bytes down and up per client and their share
 of the model; FedAwS adds how its spreadout found neighbours and their recall.
-Several --num_classes or --local_workers run one after another, each in a
-child process of its own (its memory its own), and print {"runs": [...],
-"seconds_ratio_to_first": [...]}: side by side in one sitting. With
---sittings=N the configurations run in turn N times, so a machine's drift
-falls on each alike: the ratios are the median of the sittings' own (each
-sitting's seconds and ratios are printed; "runs" are the first sitting's).
+Several --num_classes, --local_workers or --local_spreadout_shards run one
+after another, each in a child process of its own (its memory its own), and
+print {"runs": [...], "seconds_ratio_to_first": [...]}: side by side in one
+sitting. With --sittings=N the configurations run in turn N times, so a
+machine's drift falls on each alike: the ratios are the median of the
+sittings' own (each sitting's seconds and ratios are printed; "runs" are the
+first sitting's).
 On several workers each run states the CPU seconds a round of the driver
 and of each worker, and a digest of the weights (the same on any number of
 workers); with --local_spreadout_shards, of each shard of FedAwS's index.
@@ -58,11 +59,12 @@ _LOCAL_WORKERS = flags.DEFINE_list(
     "local_workers", ["1"],
     "TFF workers on this machine the round's calls are spread over (what as many "
     "machines would do); several counts: each in its own process.")
-_SPREADOUT_SHARDS = flags.DEFINE_integer(
-    "local_spreadout_shards", 0,
+_SPREADOUT_SHARDS = flags.DEFINE_list(
+    "local_spreadout_shards", ["0"],
     "FedAwS, approximate spreadout: the index's lists in this many local "
     "scripts.spreadout_shard processes (what shards beside workers on as many "
-    "machines do; their CPU stated); 0: in the driver.")
+    "machines do; their CPU stated); 0: in the driver; several counts: each in "
+    "its own process.")
 _SITTINGS = flags.DEFINE_integer(
     "sittings", 1, "Times the configurations run in turn; the ratios are the median "
     "of each sitting's.")
@@ -84,16 +86,16 @@ def _counts(holder: flags.FlagHolder, least: int) -> list:
   return counts
 
 
-def _report(num_classes: int, workers: int) -> dict:
+def _report(num_classes: int, workers: int, shards: int) -> dict:
   """The report of one configuration, in this process."""
   return round_cost_benchmark.round_benchmark(
       num_classes, _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
       _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
       repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value, workers=workers,
-      client_shards=_CLIENT_SHARDS.value, spreadout_shards=_SPREADOUT_SHARDS.value)
+      client_shards=_CLIENT_SHARDS.value, spreadout_shards=shards)
 
 
-def _in_child(num_classes: int, workers: int) -> dict:
+def _in_child(num_classes: int, workers: int, shards: int) -> dict:
   """The report of one configuration from a forked child that dies with this
   process: its memory its own, without a new interpreter's imports (this
   process has run no TensorFlow op, so the child starts as a clean one)."""
@@ -103,7 +105,7 @@ def _in_child(num_classes: int, workers: int) -> dict:
     os.close(read_end)
     try:
       tff_runtime.die_with_parent()
-      answer = {"report": _report(num_classes, workers)}
+      answer = {"report": _report(num_classes, workers, shards)}
     except BaseException:  # pylint: disable=broad-except
       answer = {"error": traceback.format_exc()}
     with os.fdopen(write_end, "w") as pipe:
@@ -115,21 +117,23 @@ def _in_child(num_classes: int, workers: int) -> dict:
   os.waitpid(pid, 0)
   answer = json.loads(text) if text else {"error": "the child died without a report"}
   if "error" in answer:
-    raise RuntimeError(f"the run at {num_classes} classes on {workers} workers failed: "
+    raise RuntimeError(f"the run at {num_classes} classes on {workers} workers and "
+                       f"{shards} spreadout shards failed: "
                        f"{answer['error'].strip()[-2000:]}")
   return answer["report"]
 
 
 def main(argv) -> None:
   del argv
-  configurations = [(n, w) for n in _counts(_NUM_CLASSES, 2)
-                    for w in _counts(_LOCAL_WORKERS, 1)]
+  configurations = [(n, w, s) for n in _counts(_NUM_CLASSES, 2)
+                    for w in _counts(_LOCAL_WORKERS, 1)
+                    for s in _counts(_SPREADOUT_SHARDS, 0)]
   if _SITTINGS.value < 1:
     raise ValueError(f"--sittings must be >= 1, got {_SITTINGS.value}")
   if len(configurations) == 1 and _SITTINGS.value == 1:
     report = _report(*configurations[0])
   else:
-    sittings = [[_in_child(n, w) for n, w in configurations]
+    sittings = [[_in_child(*configuration) for configuration in configurations]
                 for _ in range(_SITTINGS.value)]
     seconds = np.array([[r["seconds_per_round_min"] for r in runs] for runs in sittings])
     ratios = seconds / seconds[:, :1]

@@ -75,13 +75,13 @@ def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall()
 
 def test_the_spreadouts_index_on_shard_processes_trains_as_the_index_here():
   flags = ["--algorithm=fedaws", "--num_classes=300", "--spreadout_search=approximate"]
-  sharded = benchmark(*flags, "--local_spreadout_shards=2")
-  here = benchmark(*flags)
+  here, sharded = benchmark(*flags, "--local_spreadout_shards=0,2")["runs"]
   check_figures(sharded, "fedaws", "selected", 300)
   assert sharded["weights_sha1"] == here["weights_sha1"]
   assert sharded["memory"]["processes"] == 4  # Python, its TFF worker, two shards.
   assert len(sharded["cpu_seconds_per_round"]["spreadout_shards"]) == 2
   assert "spreadout_shards" not in here["cpu_seconds_per_round"]
+  assert (sharded["spreadout_shards"], "spreadout_shards" in here) == (2, False)
   refused = run_module("scripts.benchmark_round_cost", "--algorithm=fedss",
                        "--local_spreadout_shards=2")
   assert refused.returncode == 2

@@ -192,6 +192,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
           model, clients, state["table"], seed)
   return {"algorithm": algorithm, "bag": "whole" if oracle else bag, **spreadout,
           "num_classes": num_classes, "workers": workers,
+          **({"spreadout_shards": spreadout_shards} if spreadout_shards else {}),
           "cpu_seconds_per_round": {
               "driver": round(cpu[0], 3),
               "workers": [round(c, 3) for c in cpu[1:1 + workers]],
