@@ -171,6 +171,9 @@ def run(main: Callable[[Sequence[str]], None],
           tff_runtime.use_remote_workers(flags.FLAGS.workers,
                                          flags.FLAGS.trusted_network)
       if "spreadout_shards" in flags.FLAGS and flags.FLAGS.spreadout_shards:
+        if flags.FLAGS.spreadout_search != "approximate":
+          raise ValueError("--spreadout_shards hold the approximate index: give "
+                           "--spreadout_search=approximate too")
         tff_runtime.refuse_untrusted("spreadout_shards", flags.FLAGS.spreadout_shards,
                                      flags.FLAGS.trusted_network)
         class_neighbours.use_remote_shards(flags.FLAGS.spreadout_shards)

@@ -189,3 +189,13 @@ def test_a_shard_that_does_not_answer_is_one_line_and_exit_2(tmp_path):
   assert result.stderr.strip().splitlines()[-1] == (
       f"error: --spreadout_shards: no spreadout index shard answers at localhost:{port} "
       "(Connection refused)")
+
+
+def test_shards_without_the_approximate_search_are_refused_by_flag(tmp_path):
+  result = run_module("scripts.train_federated", *QUICK_FEDAWS, "--spreadout_search=exact",
+                      "--spreadout_shards=localhost:8100", f"--output_dir={tmp_path}/run")
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == [
+      "error: --spreadout_shards hold the approximate index: give "
+      "--spreadout_search=approximate too"]
+  assert not os.path.exists(tmp_path / "run")
