@@ -120,7 +120,7 @@ def test_sparse_row_aggregation_matches_numpy():
   keys, deltas, real = zip(*updates)
 
   def applied(row_mean, weights):
-    sums = sub_model.RowSums(3, row_mean)
+    sums = sub_model.RowSums(len(table), 3, row_mean)
     sums.add(sub_model_answers.client_parts(
         [np.array(k) for k in keys], deltas, [np.array(r) for r in real], weights,
         scaled=row_mean == "clients"))

@@ -29,6 +29,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from fed_retrieval.algorithms import row_ids
 from fed_retrieval.runtime import array_service
 
 SEARCHES = ("exact", "approximate")
@@ -166,7 +167,7 @@ class ApproximateNeighbours:
 
   def moved(self, table: np.ndarray, ids: np.ndarray) -> None:
     """`table` is the last one the index holds with the rows `ids` changed."""
-    self._place(table, np.unique(ids).astype(np.int64), "place")
+    self._place(table, row_ids.distinct(ids, len(table)), "place")
     self._table = table
 
   def nearest(self, before: np.ndarray, table: np.ndarray, changed: np.ndarray,

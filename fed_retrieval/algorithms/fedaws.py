@@ -34,6 +34,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import class_neighbours
+from fed_retrieval.algorithms import row_ids
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms.differential_privacy import ClientDP
 from fed_retrieval.models import scoring
@@ -205,7 +206,7 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
     # O(C) (at 670k classes, the table's copies into TF and back were most of
     # a 100-client round's server step).
     neighbours = index.nearest(before, table, updated, updated, k)
-    rows = np.unique(np.concatenate([updated, neighbours.ravel()]))
+    rows = row_ids.distinct(np.concatenate([updated, neighbours.ravel()]), num_rows)
     table[rows] = given(table[rows], np.searchsorted(rows, updated).astype(np.int32),
                         np.searchsorted(rows, neighbours).astype(np.int32)).numpy()
     index.moved(table, rows)

@@ -9,6 +9,8 @@ from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from fed_retrieval.algorithms import row_ids
+
 
 class RowParts(NamedTuple):
   """Uploads for `RowSums.add`: per part (a client, or a call's bag) its row
@@ -58,7 +60,8 @@ def shard_answers(state, shard_keys, bagged: bool
   if bagged:
     bag = np.asarray(state["tower"][0])  # A tensor's view.
     shard_bag_keys = [np.asarray(keys[2]) for keys in shard_keys]
-    distinct, positions = np.unique(np.concatenate(shard_bag_keys), return_inverse=True)
+    distinct, positions = row_ids.distinct_and_positions(np.concatenate(shard_bag_keys),
+                                                         len(bag))
     ends = np.cumsum([len(k) for k in shard_bag_keys])[:-1]
     call_bag = CallBag(bag[distinct], distinct.astype(np.int32),
                        np.split(positions.astype(np.int32), ends))
