@@ -23,6 +23,7 @@ quiet_environment.apply()
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
+from absl import logging  # pylint: disable=g-import-not-at-top
 
 from fed_retrieval.algorithms import class_neighbours  # pylint: disable=g-import-not-at-top
 from fed_retrieval.runtime import array_service  # pylint: disable=g-import-not-at-top
@@ -42,6 +43,7 @@ def main(argv) -> None:
   if not 0 < _PORT.value < 65536:
     _fail(f"--port must lie in 1..65535, got {_PORT.value}")
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+  logging.set_verbosity(logging.WARNING)  # Not faiss's loading notes.
   try:
     array_service.serve(_PORT.value, class_neighbours.ListShard(), class_neighbours.SERVED,
                         ready=lambda: print(

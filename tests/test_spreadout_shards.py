@@ -176,9 +176,12 @@ def test_a_run_on_shards_is_the_run_here_and_a_lost_shard_resumes_identically(tm
                        f"--output_dir={tmp_path}/shards")
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert _results(tmp_path / "shards")["test"] == _results(tmp_path / "here")["test"]
-  for shard in shards:
+  for shard, port in zip(shards, ports):
     shard.send_signal(signal.SIGTERM)
     assert shard.wait(timeout=10) == 0
+    assert shard.stderr.read().strip().splitlines() == [
+        f"spreadout index shard listening on port {port}, every interface; stop it "
+        "with Ctrl-C or SIGTERM"]
 
 
 def test_a_shard_that_does_not_answer_is_one_line_and_exit_2(tmp_path):

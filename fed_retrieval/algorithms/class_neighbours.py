@@ -14,7 +14,10 @@ product on L2-normalized rows, stored in float16) across rounds instead:
 - the scan reads float16 rows, half the bytes of float32 (the scan is bound
   by memory: 1,000 queries at 670k classes took 0.24 s instead of 0.33),
   and its `RERANK` x (k + 1) best are re-ranked on the float32 rows, so the
-  order is the exact cosines' (scanning every list finds the exact top-k).
+  order is the exact cosines' (scanning every list finds the exact top-k);
+- the lists may live in `ListShard`s on other machines (`RemoteShard`,
+  `use_remote_shards`), each holding the rows i mod their number: they scan
+  and move the rows, and the server merges their best.
 The index is therefore a function of the current table alone: a run resumed
 from a checkpoint rebuilds it (one pass over the table) and finds the
 neighbours the uninterrupted run found. Its recall@k against the exact search
