@@ -18,7 +18,8 @@ and of each worker, and a digest of the weights (the same on any number of
 workers); with --local_spreadout_shards, of each shard of FedAwS's index.
 `make benchmark-round-cost` runs both algorithms at 10k, 100k and 670k
 classes (Amazon-670K's 135,909 features) with the same clients, the
-contrasts at 100k, and 4,000 clients a round on 1, 2 and 3 workers.
+contrasts at 100k, and 4,000 clients a round on 1 and 3 workers with the
+spreadout's index on the driver or on shards.
 """
 
 import json

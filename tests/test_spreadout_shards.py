@@ -5,6 +5,8 @@ stops answering, and a run that uses shards, loses one and resumes."""
 import json
 import os
 import signal
+import socket
+import struct
 import threading
 import time
 
@@ -202,3 +204,13 @@ def test_shards_without_the_approximate_search_are_refused_by_flag(tmp_path):
       "error: --spreadout_shards hold the approximate index: give "
       "--spreadout_search=approximate too"]
   assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_malformed_message_ends_its_connection_and_the_server_serves_on(served):
+  host, port = array_service.parse_address(served, "test")
+  with socket.create_connection((host, port), timeout=10) as sock:
+    text = json.dumps({"method": "add", "arrays": [["<f4"]]}).encode()  # No shape.
+    sock.sendall(struct.pack("!I", len(text)) + text)
+    assert sock.recv(1) == b""  # Closed, no answer.
+  remote = array_service.RemoteObject(served, "test service", "test")
+  assert remote.call("add", np.int64(2), np.int64(3))[0] == 5

@@ -90,10 +90,14 @@ class _Connection:
 
   def receive(self) -> Tuple[dict, List[np.ndarray]]:
     (size,) = struct.unpack("!I", self._exactly(4))
-    head = json.loads(self._exactly(size))
+    try:
+      head = json.loads(self._exactly(size))
+      specs = [(np.dtype(dtype), [int(n) for n in shape])
+               for dtype, shape in head.pop("arrays")]
+    except (AttributeError, KeyError, TypeError) as e:
+      raise ValueError(f"a malformed message ({e})") from e
     arrays = []
-    for dtype, shape in head.pop("arrays"):
-      dtype = np.dtype(dtype)
+    for dtype, shape in specs:
       if dtype.kind not in _KINDS:
         raise ValueError(f"an array of dtype {dtype} (numbers only)")
       count = int(np.prod(shape, dtype=np.int64))
@@ -117,26 +121,26 @@ def serve(port: int, target: Any, methods: Sequence[str],
     listener = socket.create_server(("", port))
   lock = threading.Lock()
 
+  def reply(method: Any, arrays: List[np.ndarray]) -> Tuple[dict, list]:
+    if method == "ping":
+      return {}, []
+    try:
+      if method not in methods:
+        raise ValueError(f"no method '{method}' (served: {', '.join(methods)})")
+      with lock:
+        return {}, list(getattr(target, method)(*arrays))
+    except Exception as e:  # pylint: disable=broad-except
+      return {"error": f"{type(e).__name__}: {e}"}, []
+
   def answer(sock: socket.socket) -> None:
     connection = _Connection(sock, _wait_forever)
     with sock:
-      while True:
-        try:
+      try:
+        while True:
           head, arrays = connection.receive()
-        except (ConnectionError, OSError, ValueError):
-          return  # The caller went away (or spoke garbage): its connection ends.
-        method = head.get("method")
-        if method == "ping":
-          connection.send({}, [])
-          continue
-        try:
-          if method not in methods:
-            raise ValueError(f"no method '{method}' (served: {', '.join(methods)})")
-          with lock:
-            result = getattr(target, method)(*arrays)
-          connection.send({}, list(result))
-        except Exception as e:  # pylint: disable=broad-except
-          connection.send({"error": f"{type(e).__name__}: {e}"}, [])
+          connection.send(*reply(head.get("method"), arrays))
+      except (OSError, ValueError):
+        return  # The caller went away (or spoke garbage): its connection ends.
 
   if ready:
     ready()
