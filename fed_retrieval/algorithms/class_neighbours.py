@@ -27,8 +27,9 @@ the user: on Delicious (983 labels, half the lists scanned) FedAwS's test
 P@1 was 48.0 with it against 49.0 exact at seed 0 (README).
 """
 
+import concurrent.futures
 import functools
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
@@ -159,18 +160,32 @@ class ApproximateNeighbours:
         [functools.partial(s.configure, centroids, np.int64(self.nprobe))
          for s in self._shards])]
     self._table: Optional[np.ndarray] = None  # The table the lists hold.
+    # Rows `moved` are placed by this thread while the next round's clients
+    # train; a search waits for them (`_settled`).
+    self._mover = concurrent.futures.ThreadPoolExecutor(1, "spreadout-index-moves")
+    self._placing: Optional[concurrent.futures.Future] = None
 
-  def _place(self, table: np.ndarray, ids: np.ndarray, method: str) -> None:
-    """`method` (reset, place) of each shard with its share of `ids`."""
+  def _place(self, table: np.ndarray, ids: np.ndarray, method: str) -> List[Callable]:
+    """`method` (reset, place) of each shard with its share of `ids`, their
+    rows read now: calls for `array_service.call_each`."""
     owner = ids % len(self._shards)
     parts = [ids[owner == s] for s in range(len(self._shards))]
-    array_service.call_each([
-        functools.partial(getattr(shard, method), generation, part, _normalized(table[part]))
-        for shard, generation, part in zip(self._shards, self._generations, parts)])
+    return [functools.partial(getattr(shard, method), generation, part,
+                              _normalized(table[part]))
+            for shard, generation, part in zip(self._shards, self._generations, parts)]
+
+  def _settled(self) -> None:
+    """Returns once the last `moved` rows are placed (raises what placing them raised)."""
+    placing, self._placing = self._placing, None
+    if placing is not None:
+      placing.result()
 
   def moved(self, table: np.ndarray, ids: np.ndarray) -> None:
-    """`table` is the last one the index holds with the rows `ids` changed."""
-    self._place(table, row_ids.distinct(ids, len(table)), "place")
+    """`table` is the last one the index holds with the rows `ids` changed.
+    They are placed in the background; the next search waits for them."""
+    self._settled()
+    self._placing = self._mover.submit(array_service.call_each, self._place(
+        table, row_ids.distinct(ids, len(table)), "place"))
     self._table = table
 
   def nearest(self, before: np.ndarray, table: np.ndarray, changed: np.ndarray,
@@ -179,8 +194,11 @@ class ApproximateNeighbours:
     if self._table is not None and before is self._table:
       self.moved(table, changed)
     else:
-      self._place(table, np.arange(len(table), dtype=np.int64), "reset")
+      self._settled()
+      array_service.call_each(self._place(table, np.arange(len(table), dtype=np.int64),
+                                          "reset"))
       self._table = table
+    self._settled()
     queries = _normalized(table[class_ids])
     count = RERANK * (k + 1)
     found = array_service.call_each([
