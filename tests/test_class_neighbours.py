@@ -65,6 +65,25 @@ def test_rows_moved_round_by_round_search_as_an_index_built_anew():
   assert found.shape == (50, 10)
 
 
+class _FailingMoves(class_neighbours.ListShard):
+  """A shard whose moves fail after the first placing (a lost remote shard)."""
+
+  def place(self, generation, ids, rows):
+    if self._index.ntotal:
+      raise RuntimeError("the shard is gone")
+    return super().place(generation, ids, rows)
+
+
+def test_moves_placed_in_the_background_fail_at_the_next_search():
+  table = clustered_table(2_000, 8, 20, 0.3, seed=4)
+  index = class_neighbours.ApproximateNeighbours(table, seed=0, shards=[_FailingMoves()])
+  queries = np.arange(10, dtype=np.int32)
+  index.nearest(None, table, queries[:0], queries, 5)
+  index.moved(table, queries)  # Returns at once: the rows are placed by a thread.
+  with pytest.raises(RuntimeError, match="the shard is gone"):
+    index.nearest(table, table, queries[:0], queries, 5)
+
+
 @pytest.mark.parametrize("spread,least_recall", [(0.3, 0.95), (1.0, 0.85)])
 def test_a_query_scans_a_small_share_of_the_table_at_a_stated_recall(spread, least_recall):
   """40,000 clustered rows: 800 lists, 64 scanned; the distances computed per

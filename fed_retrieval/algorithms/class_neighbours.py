@@ -8,7 +8,9 @@ product on L2-normalized rows, stored in float16) across rounds instead:
 - the lists are the Voronoi cells of `nlist` = 4 sqrt(C) centroids, unit rows
   drawn (by the seed) from the initial table and never moved, so which list
   a row sits in depends only on its current value;
-- each round only the rows the round changed are moved between lists;
+- each round only the rows the round changed are moved between lists, those
+  the spreadout step moved in a thread of their own while the next round's
+  clients train (at 670k classes a 100-client round 0.53-0.61 s -> 0.49-0.54);
 - a query scans its `nprobe` nearest lists, about nprobe / nlist of the
   table, so a round's search grows as sqrt(C), not C;
 - the scan reads float16 rows, half the bytes of float32 (the scan is bound
