@@ -1,5 +1,6 @@
 """Helpers for tests that run the training scripts as real processes."""
 
+import json
 import os
 import subprocess
 import sys
@@ -92,6 +93,12 @@ def workers_of(parent_pid):
     except OSError:
       pass
   return children
+
+
+def results_of(output_dir):
+  """The run's results.json."""
+  with open(os.path.join(output_dir, "results.json")) as f:
+    return json.load(f)
 
 
 def wait_for_round(output_dir, round_num, timeout=600):

@@ -3,7 +3,6 @@ checkpoint, a second run on the same directory, a read-only directory."""
 
 import csv
 import glob
-import json
 import os
 import re
 import signal
@@ -13,6 +12,7 @@ import pytest
 
 from fed_retrieval.training import checkpoints
 from tests.script_runs import gone
+from tests.script_runs import results_of
 from tests.script_runs import SMALL_RUN
 from tests.script_runs import run_code
 from tests.script_runs import run_script
@@ -39,13 +39,7 @@ def uninterrupted(cache_dir, tmp_path_factory):
   # A clean exit: no finalizer's traceback once the worker has stopped (the
   # interpreter's teardown, which only a real process runs).
   assert "Traceback" not in stderr and "Connection refused" not in stderr
-  with open(os.path.join(output_dir, "results.json")) as f:
-    return json.load(f)
-
-
-def results_of(output_dir):
-  with open(os.path.join(output_dir, "results.json")) as f:
-    return json.load(f)
+  return results_of(output_dir)
 
 
 def _not_progress(stderr):

@@ -17,6 +17,7 @@ import pytest
 from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.runtime import array_service
 from fed_retrieval.runtime import tff_runtime
+from tests.script_runs import results_of
 from tests.script_runs import run_module
 from tests.script_runs import start_module
 from tests.script_runs import wait_for_round
@@ -134,22 +135,10 @@ QUICK_FEDAWS = ["--task=xc", "--synthetic_xc=xc_tiny", "--algorithm=fedaws",
                 "--patience=0"]
 
 
-def _results(output_dir):
-  with open(os.path.join(output_dir, "results.json")) as f:
-    return json.load(f)
-
-
 def _start_shards(*ports):
   shards = [start_module("scripts.spreadout_shard", f"--port={port}") for port in ports]
-  for port in ports:
-    deadline = time.monotonic() + 60
-    while True:
-      try:
-        array_service.RemoteObject(f"localhost:{port}", "shard", "test", 1.0).probe()
-        break
-      except array_service.ServiceLost:
-        assert time.monotonic() < deadline, f"no shard on port {port}"
-        time.sleep(0.1)
+  for shard, port in zip(shards, ports):
+    array_service.await_answer(f"localhost:{port}", shard)
   return shards
 
 
@@ -177,7 +166,7 @@ def test_a_run_on_shards_is_the_run_here_and_a_lost_shard_resumes_identically(tm
   resumed = run_module("scripts.train_federated", *QUICK_FEDAWS, addresses,
                        f"--output_dir={tmp_path}/shards")
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  assert _results(tmp_path / "shards")["test"] == _results(tmp_path / "here")["test"]
+  assert results_of(tmp_path / "shards")["test"] == results_of(tmp_path / "here")["test"]
   for shard, port in zip(shards, ports):
     shard.send_signal(signal.SIGTERM)
     assert shard.wait(timeout=10) == 0
@@ -196,13 +185,23 @@ def test_a_shard_that_does_not_answer_is_one_line_and_exit_2(tmp_path):
       "(Connection refused)")
 
 
-def test_shards_without_the_approximate_search_are_refused_by_flag(tmp_path):
-  result = run_module("scripts.train_federated", *QUICK_FEDAWS, "--spreadout_search=exact",
-                      "--spreadout_shards=localhost:8100", f"--output_dir={tmp_path}/run")
+@pytest.mark.parametrize("flags,message", [
+    (["--spreadout_search=exact", "--spreadout_shards=localhost:8100"],
+     "--spreadout_shards hold the approximate index: give --spreadout_search=approximate "
+     "too"),
+    (["--spreadout_shards=localhost:8100,localhost:8100"],
+     "--spreadout_shards: an address is given twice (localhost:8100,localhost:8100)"),
+    (["--spreadout_shards=10.1.2.3:8100"],
+     "--spreadout_shards: 10.1.2.3:8100 is not on this machine, and its port is neither "
+     "encrypted nor authenticated; run it on a private network and say so with "
+     "--trusted_network, or reach it through an SSH tunnel (ssh -N -L PORT:localhost:PORT "
+     "host, then --spreadout_shards=localhost:PORT)"),
+])
+def test_shards_refused_by_flag_in_one_line_writing_nothing(tmp_path, flags, message):
+  result = run_module("scripts.train_federated", *QUICK_FEDAWS, *flags,
+                      f"--output_dir={tmp_path}/run")
   assert result.returncode == 2
-  assert result.stderr.strip().splitlines() == [
-      "error: --spreadout_shards hold the approximate index: give "
-      "--spreadout_search=approximate too"]
+  assert result.stderr.strip().splitlines() == [f"error: {message}"]
   assert not os.path.exists(tmp_path / "run")
 
 

@@ -1,7 +1,6 @@
 """Several TFF workers (scripts.worker): the same results as one, a worker
 lost mid-run, and what is refused."""
 
-import json
 import os
 import signal
 import time
@@ -9,6 +8,7 @@ import time
 import portpicker
 import pytest
 
+from tests.script_runs import results_of
 from tests.script_runs import run_code
 from tests.script_runs import run_module
 from tests.script_runs import run_script
@@ -36,11 +36,6 @@ def start_workers(*ports):
 def stop(worker):
   worker.send_signal(signal.SIGTERM)
   return worker.wait(timeout=30)
-
-
-def results_of(output_dir):
-  with open(os.path.join(output_dir, "results.json")) as f:
-    return json.load(f)
 
 
 @pytest.mark.runs_long

@@ -231,11 +231,7 @@ def use_remote_shards(addresses: Sequence[str]) -> None:
   """Approximate indexes built from now on keep their lists on the shards
   served at `addresses` (host:port each, `scripts.spreadout_shard`)."""
   global _remote_addresses
-  if len(set(addresses)) != len(addresses):
-    raise ValueError(f"--spreadout_shards: an address is given twice ({','.join(addresses)})")
-  for address in addresses:
-    array_service.parse_address(address, "spreadout_shards")
-  _remote_addresses = list(addresses)
+  _remote_addresses = array_service.addresses(addresses, "spreadout_shards")
 
 
 def remote_shards() -> List[RemoteShard]:

@@ -53,6 +53,23 @@ def parse_address(address: str, flag: str) -> Tuple[str, int]:
   return host, int(port)
 
 
+def addresses(given: Sequence[str], flag: str) -> List[str]:
+  """`given` host:port addresses written alike ('[::1]:port' for IPv6), each
+  checked, none twice; errors name `flag`."""
+  written = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"
+             for h, p in (parse_address(a, flag) for a in given)]
+  if len(set(written)) != len(written):
+    raise ValueError(f"--{flag}: an address is given twice ({','.join(given)})")
+  return written
+
+
+def _ready(sock: socket.socket, writing: bool, seconds: Optional[float]) -> bool:
+  """Whether `sock` can be written (`writing`) or read within `seconds` (None: ever)."""
+  readable, writable, _ = select.select([] if writing else [sock],
+                                        [sock] if writing else [], [], seconds)
+  return bool(writable or readable)
+
+
 class _Connection:
   """A non-blocking socket sending and receiving messages; `wait(sock,
   writing)` returns once the socket is ready (the caller's liveness rule)."""
@@ -107,7 +124,7 @@ class _Connection:
 
 
 def _wait_forever(sock: socket.socket, writing: bool) -> None:
-  select.select([], [sock], []) if writing else select.select([sock], [], [])
+  _ready(sock, writing, None)
 
 
 def serve(port: int, target: Any, methods: Sequence[str],
@@ -155,8 +172,8 @@ class RemoteObject:
 
   def __init__(self, address: str, what: str, flag: str,
                heartbeat_seconds: float = HEARTBEAT_SECONDS):
-    self.host, self.port = parse_address(address, flag)
-    self.address = f"[{self.host}]:{self.port}" if ":" in self.host else address.strip()
+    (self.address,) = addresses([address], flag)
+    self.host, self.port = parse_address(self.address, flag)
     self._what, self._flag = what, flag
     self._heartbeat = heartbeat_seconds
     self._connection: Optional[_Connection] = None
@@ -170,8 +187,7 @@ class RemoteObject:
 
   def _wait(self, sock: socket.socket, writing: bool) -> None:
     """Returns once `sock` is ready; a silent slice is followed by a probe."""
-    while not (select.select([], [sock], [], self._heartbeat)[1] if writing else
-               select.select([sock], [], [], self._heartbeat)[0]):
+    while not _ready(sock, writing, self._heartbeat):
       self.probe()
 
   def probe(self) -> None:
@@ -182,10 +198,7 @@ class RemoteObject:
         deadline = time.monotonic() + self._heartbeat
 
         def until_deadline(sock_, writing):
-          left = deadline - time.monotonic()
-          ready = (select.select([], [sock_], [], max(left, 0))[1] if writing else
-                   select.select([sock_], [], [], max(left, 0))[0])
-          if not ready:
+          if not _ready(sock_, writing, max(deadline - time.monotonic(), 0)):
             raise TimeoutError()
 
         connection = _Connection(sock, until_deadline)
@@ -234,6 +247,24 @@ def call_each(calls: Sequence[Callable[[], Any]]) -> List[Any]:
     return [f.result() for f in [pool.submit(c) for c in calls]]
 
 
+def await_answer(address: str, process: Any) -> None:
+  """Returns once the server at `address` that `process` (a Popen-like
+  handle) started answers; an error if it exits or stays silent."""
+  deadline = time.monotonic() + _STARTUP_SECONDS
+  remote = RemoteObject(address, "server", "address", heartbeat_seconds=1.0)
+  while True:
+    if process.poll() is not None:
+      raise RuntimeError(f"the server for {address} exited with code {process.returncode}")
+    try:
+      remote.probe()
+      return
+    except ServiceLost:
+      if time.monotonic() > deadline:
+        raise RuntimeError(f"the server for {address} did not answer in "
+                           f"{_STARTUP_SECONDS:.0f} s") from None
+      time.sleep(0.1)
+
+
 class LocalServers:
   """`count` servers on this machine, each `python -m module --port=P`, tied to
   this process's lifetime (the kernel kills them if it dies): what servers on
@@ -254,26 +285,11 @@ class LocalServers:
             stderr=subprocess.DEVNULL, preexec_fn=self._prepare, close_fds=True))
         self.addresses.append(f"localhost:{port}")
       for process, address in zip(self.processes, self.addresses):
-        self._await(process, address)
+        await_answer(address, process)
     except BaseException:
       self.stop()
       raise
     return self
-
-  def _await(self, process: subprocess.Popen, address: str) -> None:
-    deadline = time.monotonic() + _STARTUP_SECONDS
-    remote = RemoteObject(address, self._module, "local servers", heartbeat_seconds=1.0)
-    while True:
-      if process.poll() is not None:
-        raise RuntimeError(f"{self._module} exited with code {process.returncode}")
-      try:
-        remote.probe()
-        return
-      except ServiceLost:
-        if time.monotonic() > deadline:
-          raise RuntimeError(f"{self._module} did not answer in {_STARTUP_SECONDS:.0f} s"
-                             ) from None
-        time.sleep(0.1)
 
   def stop(self) -> None:
     for process in self.processes:

@@ -108,8 +108,9 @@ def set_max_worker_restarts(count: int) -> None:
 
 
 def exit_with(line: str) -> None:
-  """Ends the program at once with `line` on stderr and WORKER_DIED_EXIT_CODE:
-  called from a watcher thread, where raising would end only that thread."""
+  """Ends the program at once with `line` on stderr and WORKER_DIED_EXIT_CODE
+  (a worker or a spreadout shard lost; a re-run resumes): also from a watcher
+  thread, where raising would end only that thread."""
   sys.stdout.flush()
   sys.stderr.write(line + "\n")
   sys.stderr.flush()
@@ -211,9 +212,9 @@ def die_with_parent() -> None:
 
 def prepare_child() -> None:
   """In a child (a worker, a spreadout shard) before exec: killed when this
-  process dies; its own process group, so a terminal's Ctrl-C reaches only the program (which decides how to
-  end); SIGINT neither ignored nor blocked (the program may have either),
-  since `stop` sends it."""
+  process dies; its own process group, so a terminal's Ctrl-C reaches only
+  the program (which decides how to end); SIGINT neither ignored nor blocked
+  (the program may have either), since `stop` sends it."""
   die_with_parent()
   os.setpgrp()
   signal.signal(signal.SIGINT, signal.SIG_DFL)  # Not ignored, as in a background job.
@@ -388,9 +389,7 @@ class RemoteWorkers:
 
   def __init__(self, addresses: Sequence[str],
                heartbeat_seconds: float = HEARTBEAT_SECONDS):
-    self.hosts_and_ports = [array_service.parse_address(a, "workers") for a in addresses]
-    self.addresses = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}"
-                      for h, p in self.hosts_and_ports]
+    self.addresses = array_service.addresses(addresses, "workers")
     self.connected = False
     self.contexts: list = []  # One per worker (`worker_contexts`).
     self._channels: List[grpc.Channel] = []
@@ -479,8 +478,6 @@ def use_remote_workers(addresses: Sequence[str], trusted_network: bool) -> None:
   global _remote_workers
   workers = RemoteWorkers(addresses)
   refuse_untrusted("workers", workers.addresses, trusted_network)
-  if len(set(workers.addresses)) != len(workers.addresses):
-    raise ValueError(f"--workers: an address is given twice ({','.join(addresses)})")
   _remote_workers = workers
 
 
