@@ -16,6 +16,9 @@ def test_distinct_rows_and_positions_are_numpys_unique(count, num_rows):
   np.testing.assert_array_equal(row_ids.distinct(ids, num_rows), expected)
   assert found.dtype == np.int64 and positions.dtype == np.int32
   np.testing.assert_array_equal(found[positions], ids)
+  rows, lookup = row_ids.distinct_and_lookup(ids, num_rows)
+  np.testing.assert_array_equal(rows, expected)
+  np.testing.assert_array_equal(lookup[expected], np.arange(len(expected)))
 
 
 def test_an_id_beyond_the_rows_is_an_error_not_a_wrong_row():

@@ -22,29 +22,43 @@ from tests.configs import xc_settings_of
 pytestmark = pytest.mark.xdist_group("sub_model_calls")
 
 
-def test_a_calls_bag_rows_go_once_and_each_client_reads_its_own():
-  """Two shards whose clients read overlapping bag rows: the call sends each
-  row once, and each client's positions among them give back its own rows;
-  the call's summed upload comes back as one part holding each row's readers."""
+class StandIn:
+  """A context that cannot hold values in a worker (a test's stand-in)."""
+
+
+def test_a_workers_bag_rows_go_once_and_each_client_reads_its_own():
+  """Three shards, a call each, over two workers: worker 0's calls (0 and 2)
+  share one set of bag rows, the union of what they read, made once; each
+  call names its rows among them, each client's positions among the call's
+  give back its own rows; the call's summed upload comes back as one part
+  holding each row's readers."""
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   state = {"tower": [bag], "table": np.eye(4, dtype=np.float32)}
   shard_keys = [  # (class keys [n, K], is_real [n, K], bag keys, bag keys a client).
       (np.array([[0, 1], [2, 2]]), np.array([[True, True], [True, False]]),
        np.array([1, 4, 7, 4, 9]), np.array([3, 2])),
-      (np.array([[3, 0]]), np.array([[True, True]]), np.array([7, 8, 1]), np.array([3]))]
-  answers, call_bag = sub_model_answers.shard_answers(state, shard_keys, bagged=True)
-  np.testing.assert_array_equal(call_bag.keys, [1, 4, 7, 8, 9])
-  np.testing.assert_array_equal(call_bag.rows, bag[[1, 4, 7, 8, 9]])
-  for answer, keys in zip(answers, shard_keys):
-    np.testing.assert_array_equal(answer[0], state["table"][keys[0]])
-    np.testing.assert_array_equal(call_bag.keys[answer[3]], keys[2])
-    np.testing.assert_array_equal(answer[4], keys[3])
-  summed = np.ones((5, 2), np.float32)
-  parts = sub_model_answers.call_bag_parts(call_bag, summed, [2.0, 3.0, 4.0])
+      (np.array([[3, 0]]), np.array([[True, True]]), np.array([7, 8, 1]), np.array([3])),
+      (np.array([[1, 1]]), np.array([[True, False]]), np.array([2, 4]), np.array([2]))]
+  bags = sub_model_answers.RoundBags(bag, [k[2] for k in shard_keys],
+                                     [(0, 1), (1, 2), (2, 3)], 2, None)
+  first = bags.of_call(0, StandIn())
+  assert bags.of_call(2, StandIn()) is first
+  np.testing.assert_array_equal(first.keys, [1, 2, 4, 7, 9])  # Shards 0 and 2.
+  np.testing.assert_array_equal(first.rows, bag[[1, 2, 4, 7, 9]])
+  np.testing.assert_array_equal(bags.of_call(1, StandIn()).keys, [1, 7, 8])
+  answers, call_bag = sub_model_answers.shard_answers(state, shard_keys[:1], first)
+  np.testing.assert_array_equal(call_bag.keys, [1, 4, 7, 9])
+  np.testing.assert_array_equal(first.rows[call_bag.in_worker], bag[[1, 4, 7, 9]])
+  answer = answers[0]
+  np.testing.assert_array_equal(answer[0], state["table"][shard_keys[0][0]])
+  np.testing.assert_array_equal(call_bag.keys[answer[3]], shard_keys[0][2])
+  np.testing.assert_array_equal(answer[4], shard_keys[0][3])
+  summed = np.ones((4, 2), np.float32)
+  parts = sub_model_answers.call_bag_parts(call_bag, summed, [2.0, 3.0])
   np.testing.assert_array_equal(parts.keys[0], call_bag.keys)
-  np.testing.assert_array_equal(parts.holders[0], [2, 2, 2, 1, 1])  # Rows 1, 4, 7 twice.
+  np.testing.assert_array_equal(parts.holders[0], [1, 2, 1, 1])  # Row 4 twice.
   np.testing.assert_array_equal(parts.sums[0], summed)
-  assert parts.weights == [2.0, 3.0, 4.0]
+  assert parts.weights == [2.0, 3.0]
 
 
 @pytest.mark.parametrize("sizes,most,calls", [
@@ -169,6 +183,10 @@ def test_calls_spread_over_three_workers_train_as_on_one(
     def invoke(self, computation, arg):
       calls[self.worker] += 1
       return self.context.invoke(computation, arg)
+
+    @property
+    def executor_factory(self):  # Values made in the worker (`worker_values`).
+      return self.context.executor_factory
 
   monkeypatch.setattr(tff_runtime, "worker_contexts", lambda: [
       Counted(i, context) for i, context in enumerate(three_workers)])

@@ -16,10 +16,18 @@ def distinct(ids: np.ndarray, num_rows: int) -> np.ndarray:
   return np.flatnonzero(marked)
 
 
+def distinct_and_lookup(ids: np.ndarray, num_rows: int
+                        ) -> Tuple[np.ndarray, np.ndarray]:
+  """`distinct(ids, num_rows)` and, for each of the `num_rows` rows, its
+  position among them (int32; meaningless for rows not among them)."""
+  marked = np.zeros(num_rows, bool)
+  marked[ids] = True
+  return np.flatnonzero(marked), np.cumsum(marked, dtype=np.int32) - 1
+
+
 def distinct_and_positions(ids: np.ndarray, num_rows: int
                            ) -> Tuple[np.ndarray, np.ndarray]:
   """`distinct(ids, num_rows)` and each id's position among them (int32):
   `np.unique(ids, return_inverse=True)`."""
-  marked = np.zeros(num_rows, bool)
-  marked[ids] = True
-  return np.flatnonzero(marked), (np.cumsum(marked, dtype=np.int32) - 1)[ids]
+  rows, lookup = distinct_and_lookup(ids, num_rows)
+  return rows, lookup[ids]

@@ -98,6 +98,7 @@ from fed_retrieval.algorithms import row_ids
 from fed_retrieval.algorithms import sub_model_answers
 from fed_retrieval.algorithms import sub_model_clients
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.runtime import worker_values
 from tasks import client_data
 
 ROW_MEANS = ("holders", "clients")
@@ -276,27 +277,19 @@ def _calls(sizes: Sequence[int], most: int) -> List[Tuple[int, int]]:
   return calls + [(start, len(sizes))] if sizes else calls
 
 
-def _invoke(context, computation, *args):
-  """`computation(*args)` in `context` (None: the default context)."""
-  if context is None:
-    return computation(*args)
-  return context.invoke(computation, args if len(args) > 1 else args[0])
-
-
-def _in_waves(contexts: Sequence[Any], calls: Sequence[Tuple[int, int]],
-              run: Callable[..., Any]):
-  """`run(context, start, end)` of each call, yielded in the calls' order.
-  On several workers (`contexts`), call i goes to worker i mod their number,
-  a call a worker at once: the calls and their order are those of one worker,
+def _in_waves(contexts: Sequence[Any], count: int, run: Callable[[Any, int], Any]):
+  """`run(context, i)` of calls i < `count`, yielded in their order. On
+  several workers (`contexts`), call i goes to worker i mod their number, a
+  call a worker at once: the calls and their order are those of one worker,
   so are the results, and memory holds one call a worker."""
   if len(contexts) <= 1:
-    for call in calls:
-      yield run(contexts[0] if contexts else None, *call)
+    for i in range(count):
+      yield run(contexts[0] if contexts else None, i)
     return
   with concurrent.futures.ThreadPoolExecutor(len(contexts)) as pool:
-    for first in range(0, len(calls), len(contexts)):
-      wave = [pool.submit(run, context, *call)
-              for context, call in zip(contexts, calls[first:first + len(contexts)])]
+    for first in range(0, count, len(contexts)):
+      wave = [pool.submit(run, context, i)
+              for context, i in zip(contexts, range(first, min(first + len(contexts), count)))]
       for future in wave:
         yield future.result()
 
@@ -378,11 +371,18 @@ class SubModelProcess:
                                           if spec.trains_rows else None),
                       bag=(RowSums(self._bag_rows, self._bag_dim, "clients")
                            if self._bagged else None))
-    parts = []
-    run = lambda context, a, b: self._call(context, state, dense, keys[a:b],
-                                           client_data_[a:b])
-    for mean, loss_sum, count, rows, bag in _in_waves(
-        contexts, _calls(sizes, MAX_CLIENTS_PER_CALL), run):
+    parts, calls = [], _calls(sizes, MAX_CLIENTS_PER_CALL)
+    bags = (sub_model_answers.RoundBags(
+        np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls,
+        max(len(contexts), 1), self.client_round.type_signature.parameter[1])
+            if spec.sharded and self._bagged else None)
+
+    def run(context, i):
+      start, end = calls[i]
+      return self._call(context, state, dense, keys[start:end], client_data_[start:end],
+                        bags.of_call(i, context) if bags else None)
+
+    for mean, loss_sum, count, rows, bag in _in_waves(contexts, len(calls), run):
       parts.append(([np.asarray(d) for d in mean[0]], float(count)))
       work.loss_sum += float(loss_sum)
       work.count += float(count)
@@ -399,24 +399,27 @@ class SubModelProcess:
     seed = np.array([self._spec.seed, round_num], np.int64)
     bounds = np.linspace(0, len(client_data_), max(len(contexts), 1) + 1).round()
     chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    run = lambda context, a, b: list(_invoke(context, self.client_keys, seed,
-                                             client_data_[a:b]))
-    return [keys for part in _in_waves(contexts, chunks, run) for keys in part]
+    run = lambda context, i: list(worker_values.invoke(
+        context, self.client_keys, seed, client_data_[slice(*chunks[i])]))
+    return [keys for part in _in_waves(contexts, len(chunks), run) for keys in part]
 
-  def _call(self, context, state, dense, keys, client_data_):
+  def _call(self, context, state, dense, keys, client_data_,
+            worker_bag: Optional[sub_model_answers.WorkerBag]):
     """One TFF call, in `context` (None: the default), of the round's clients
-    whose keys (per TFF client: a client or a shard) are `keys`: (the mean
-    (DP: sum) of the broadcast's deltas, loss sum, examples, the class rows'
-    and the bag's uploads as `RowParts`, each None if not trained)."""
+    whose keys (per TFF client: a client or a shard) are `keys`, sharded with
+    a bag reading the rows of `worker_bag`: (the mean (DP: sum) of the
+    broadcast's deltas, loss sum, examples, the class rows' and the bag's
+    uploads as `RowParts`, each None if not trained)."""
     spec = self._spec
     broadcast, call_bag = (dense,), None
     if spec.sharded:
-      answers, call_bag = sub_model_answers.shard_answers(state, keys, self._bagged)
-      if call_bag is not None:
-        broadcast += (call_bag.rows, call_bag.keys)
+      answers, call_bag = sub_model_answers.shard_answers(state, keys, worker_bag)
     else:
       answers = sub_model_answers.answers(state, keys, self._bagged)
-    outputs = _invoke(context, self.client_round, broadcast, answers, client_data_)
+    bag_args = ((broadcast + (call_bag.in_worker, call_bag.keys), worker_bag.rows)
+                if call_bag is not None else (broadcast,))
+    outputs = worker_values.invoke(context, self.client_round, *bag_args, answers,
+                                   client_data_)
     mean, loss_sum, count, uploads = outputs[:4]
     if spec.sharded:  # Per shard: rows [n, K, D], counts [n]; the call's bag sums.
       weights = np.concatenate([np.asarray(u[-1]) for u in uploads])

@@ -8,9 +8,10 @@ model with the rows it was answered, and returns its deltas. The tower's
 deltas are averaged in TFF (example-weighted; DP: summed after each client
 clips its own); the rows' come back per client for the server to average
 (`sub_model.RowSums`), but the bag's summed on the call's rows (sharded: the
-call's distinct bag rows are broadcast once, each shard gathering its
-clients' rows from them); with the whole table, the table is broadcast and
-averaged as the tower is. A shard's loops are `tf.while_loop`s with autograph
+bag rows a worker's calls read are a value it holds for the round,
+`sub_model_answers.RoundBags`, and a call broadcasts which of them its
+shards read, each shard gathering its clients' rows); with the whole table,
+the table is broadcast and averaged as the tower is. A shard's loops are `tf.while_loop`s with autograph
 off (as in `client_shards`): converting them and all they call was 5.3 of
 the 7.6 s a small XC run spent in autograph.
 """
@@ -131,9 +132,11 @@ class ClientRound:
   def __init__(self, spec, dense_shapes, num_rows: int, dim: int, bag_dim: int):
     self.spec, self.num_rows, self.dim, self.bag_dim = spec, num_rows, dim, bag_dim
     self.bagged = spec.bag is not None
-    # Sharded with a bag: the call's bag rows and their keys go once, with
-    # the tower (`sub_model_answers.CallBag`).
+    # Sharded with a bag: the bag rows the worker holds are an argument of
+    # their own, and which of them the call reads and their keys go with the
+    # tower (`sub_model_answers.CallBag`).
     self.call_bag = self.bagged and spec.sharded
+    self.worker_bag_type = tff.FederatedType(tensor_type([None, bag_dim]), tff.SERVER)
     dense_type = tff.StructWithPythonType([tensor_type(s) for s in dense_shapes], list)
     if spec.whole_table:
       self.broadcast_type = tff.StructWithPythonType(
@@ -141,8 +144,9 @@ class ClientRound:
       self.answer_type = None
       return
     bag_type = (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
+    call_bag_type = (tensor_type([None], np.int32), tensor_type([None], np.int32))
     self.broadcast_type = tff.StructWithPythonType(
-        (dense_type,) + (bag_type if self.call_bag else ()), tuple)
+        (dense_type,) + (call_bag_type if self.call_bag else ()), tuple)
     clients = [None] if spec.sharded else []  # A shard's: one row per client.
     answer = (tensor_type(clients + [spec.num_keys, dim]),
               tensor_type(clients + [spec.num_keys], np.int32),
@@ -199,27 +203,28 @@ class ClientRound:
     return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
                                                      is_real, dataset))
 
-  def shard_answer(self, broadcast, answer, bag_ends, i):
+  def shard_answer(self, broadcast, worker_bag, answer, bag_ends, i):
     """Client i's answer from its shard's (`sub_model_answers.shard_answers`),
-    its bag rows gathered from the call's; `bag_ends`: where each client's
-    positions end among the shard's."""
+    its bag rows gathered from the worker's by the call's; `bag_ends`: where
+    each client's positions end among the shard's."""
     if self.spec.whole_table:
       return None
     picked = (answer[0][i], answer[1][i], answer[2][i])
     if self.bagged:
       positions = answer[3][bag_ends[i] - answer[4][i]:bag_ends[i]]
-      picked += (tf.gather(broadcast[1], positions), tf.gather(broadcast[2], positions))
+      picked += (tf.gather(worker_bag, tf.gather(broadcast[1], positions)),
+                 tf.gather(broadcast[2], positions))
     return picked
 
-  def train_shard(self, broadcast, answer, dataset):
+  def train_shard(self, broadcast, answer, dataset, worker_bag=None):
     """Each of the shard's clients trained in turn from the round's model, in
     one pass over its batches (as `client_shards` does): the shared deltas'
     mean over them as the round weighs them (the tower by examples; the whole
     table by examples or per client), the loss sum and examples; with the
     whole table, the table mean's weight; else each client's uploads,
     stacked, and with a bag its deltas weighted by examples and summed on
-    the call's rows. (No DP: a shard's mean is not one client's clipped
-    update.)"""
+    the call's rows (read from `worker_bag`, the rows its worker holds).
+    (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
@@ -237,7 +242,7 @@ class ClientRound:
     def train_client(i, totals):
       """Client i trained from the round's model, its result added."""
       tower, rows, keys, is_real, bag_keys = self.start(
-          broadcast, self.shard_answer(broadcast, answer, bag_ends, i))
+          broadcast, self.shard_answer(broadcast, worker_bag, answer, bag_ends, i))
 
       def step(index, state):
         batch = self.localized(client_data.shard_batch(shard, index), bag_keys)
@@ -299,9 +304,10 @@ class ClientRound:
     return tff.federated_aggregate(rows, empty(), add, add, identity)
 
   def build(self, data_type) -> Any:
-    """TFF: (broadcast @SERVER, [answers @CLIENTS,] data @CLIENTS) -> (mean
-    dense delta (DP: sum), loss sum, examples @SERVER[, uploads @CLIENTS][,
-    the call's bag sums @SERVER: sharded with a bag])."""
+    """TFF: (broadcast @SERVER, [the worker's bag rows @SERVER: sharded with a
+    bag,] [answers @CLIENTS,] data @CLIENTS) -> (mean dense delta (DP: sum),
+    loss sum, examples @SERVER[, uploads @CLIENTS][, the call's bag sums
+    @SERVER: sharded with a bag])."""
     private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
     train = (tf.function(self.train_shard, autograph=False) if self.spec.sharded
              else self.train)
@@ -330,20 +336,37 @@ class ClientRound:
 
       return whole_round
 
+    answers_at_clients = tff.FederatedType(self.answer_type, tff.CLIENTS)
+
+    def summed(results):
+      shared, loss_sum, count, uploads = (results[i] for i in range(4))
+      mean = tff.federated_zip(((tff.federated_sum(shared[0]) if private else
+                                 tff.federated_mean(shared[0], weight=count)),))
+      total = mean, tff.federated_sum(loss_sum), tff.federated_sum(count), uploads
+      return total + ((self._summed_rows(results[4]),) if self.call_bag else ())
+
+    if self.call_bag:
+      @tff.tensorflow.computation(self.broadcast_type, self.worker_bag_type.member,
+                                  self.answer_type, data_type)
+      def bag_update(broadcast, worker_bag, answer, dataset):
+        return train(broadcast, answer, dataset, worker_bag)
+
+      @tff.federated_computation(broadcast_at_server, self.worker_bag_type,
+                                 answers_at_clients, data_at_clients)
+      def bag_round(broadcast, worker_bag, answers, data):
+        return summed(tff.federated_map(bag_update, (
+            tff.federated_broadcast(broadcast), tff.federated_broadcast(worker_bag),
+            answers, data)))
+
+      return bag_round
+
     @tff.tensorflow.computation(self.broadcast_type, self.answer_type, data_type)
     def client_update(broadcast, answer, dataset):
       return train(broadcast, answer, dataset)
 
-    @tff.federated_computation(broadcast_at_server,
-                               tff.FederatedType(self.answer_type, tff.CLIENTS),
-                               data_at_clients)
+    @tff.federated_computation(broadcast_at_server, answers_at_clients, data_at_clients)
     def client_round(broadcast, answers, data):
-      results = tff.federated_map(
-          client_update, (tff.federated_broadcast(broadcast), answers, data))
-      shared, loss_sum, count, uploads = (results[i] for i in range(4))
-      mean = tff.federated_zip(((tff.federated_sum(shared[0]) if private else
-                                 tff.federated_mean(shared[0], weight=count)),))
-      summed = mean, tff.federated_sum(loss_sum), tff.federated_sum(count), uploads
-      return summed + ((self._summed_rows(results[4]),) if self.call_bag else ())
+      return summed(tff.federated_map(
+          client_update, (tff.federated_broadcast(broadcast), answers, data)))
 
     return client_round

@@ -1,0 +1,55 @@
+"""A value created in a TFF worker once is read by several calls there as the
+value itself would be, and is not sent again."""
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from fed_retrieval.runtime import computation_cache
+from fed_retrieval.runtime import worker_values
+
+ROWS = tff.FederatedType(tff.TensorType(np.float32, [None, 2]), tff.SERVER)
+PICKS = tff.FederatedType(tff.TensorType(np.int32, [None]), tff.CLIENTS)
+
+
+@tff.tensorflow.computation(ROWS.member, PICKS.member)
+def _picked_sum(rows, picks):
+  return tf.reduce_sum(tf.gather(rows, picks), axis=0)
+
+
+@tff.federated_computation(ROWS, PICKS)
+def picked(rows, picks):
+  """Each client's sum of the rows it picks."""
+  return tff.federated_map(_picked_sum, (tff.federated_broadcast(rows), picks))
+
+
+def test_a_value_made_in_the_worker_serves_several_calls_sent_once(
+    tff_context, monkeypatch):
+  rows = np.arange(12, dtype=np.float32).reshape(6, 2)
+  sent = []
+  create_value = computation_cache.ComputationCachingRemoteExecutor.create_value
+
+  async def counted(self, value, type_spec=None):
+    if isinstance(value, np.ndarray) and value.shape == rows.shape:
+      sent.append(value)
+    return await create_value(self, value, type_spec)
+
+  monkeypatch.setattr(computation_cache.ComputationCachingRemoteExecutor,
+                      "create_value", counted)
+  held = worker_values.created(None, rows, ROWS, clients=2)
+  assert not isinstance(held, np.ndarray) and len(sent) == 1
+  for picks in ([[0, 5], [1, 1, 2]], [[3], [4]]):
+    picks = [np.array(p, np.int32) for p in picks]
+    expected = [rows[p].sum(axis=0) for p in picks]
+    for result in (worker_values.invoke(None, picked, held, picks),
+                   worker_values.invoke(None, picked, rows, picks)):
+      np.testing.assert_array_equal(np.stack(result), expected)
+  assert len(sent) == 3  # Once made, then the array passed itself, twice.
+
+
+def test_a_context_that_cannot_hold_values_gets_the_value_itself():
+  class StandIn:
+    pass
+
+  rows = np.ones((2, 2), np.float32)
+  assert worker_values.created(StandIn(), rows, ROWS, clients=1) is rows
