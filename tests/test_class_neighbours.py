@@ -20,7 +20,10 @@ def test_exact_search_is_the_spreadouts_own():
       class_spreadout.nearest_classes(tf.constant(table), tf.constant(ids), 10).numpy())
 
 
-def test_scanning_every_list_is_exact():
+@pytest.mark.parametrize("reranked_at_once", [class_neighbours.RERANK_QUERIES, 4])
+def test_scanning_every_list_is_exact(monkeypatch, reranked_at_once):
+  """Also with the candidates re-ranked a few queries at a time."""
+  monkeypatch.setattr(class_neighbours, "RERANK_QUERIES", reranked_at_once)
   table = clustered_table(200, 8, 5, 0.5, seed=1)  # 57 lists, nprobe 64: all.
   index = class_neighbours.ApproximateNeighbours(table, seed=0)
   assert index.nprobe == index.nlist == 57

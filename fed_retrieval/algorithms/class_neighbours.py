@@ -42,6 +42,7 @@ SEARCHES = ("exact", "approximate")
 NPROBE = 64
 # Candidates of the float16 scan re-ranked in float32, per neighbour asked for.
 RERANK = 2
+RERANK_QUERIES = 2048  # Queries re-ranked at once (`_reranked`).
 
 
 def _normalized(rows: np.ndarray) -> np.ndarray:
@@ -242,10 +243,16 @@ def remote_shards() -> List[RemoteShard]:
 def _reranked(table: np.ndarray, queries: np.ndarray, candidates: np.ndarray
               ) -> np.ndarray:
   """`candidates` [n, m] (-1: an empty slot) ordered by their float32 cosine
-  to `queries` [n, D] (unit rows), empty slots last."""
-  rows = table[np.maximum(candidates, 0)]
-  cosines = np.einsum("nd,nmd->nm", queries, rows) / np.maximum(
-      np.sqrt(np.einsum("nmd,nmd->nm", rows, rows)), 1e-12)
+  to `queries` [n, D] (unit rows), empty slots last. The candidates' rows are
+  read `RERANK_QUERIES` queries at a time: at 40,000 queries of 22 candidates
+  the rows at once are 225 MB of fresh pages (0.14-0.18 s; in parts 0.10 s,
+  the same cosines to the bit)."""
+  cosines = np.empty(candidates.shape, np.float32)
+  for start in range(0, len(candidates), RERANK_QUERIES):
+    part = slice(start, start + RERANK_QUERIES)
+    rows = table[np.maximum(candidates[part], 0)]
+    cosines[part] = np.einsum("nd,nmd->nm", queries[part], rows) / np.maximum(
+        np.sqrt(np.einsum("nmd,nmd->nm", rows, rows)), 1e-12)
   cosines[candidates < 0] = -np.inf
   return np.take_along_axis(candidates, np.argsort(-cosines, axis=1, kind="stable"), 1)
 

@@ -206,9 +206,9 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
     # O(C) (at 670k classes, the table's copies into TF and back were most of
     # a 100-client round's server step).
     neighbours = index.nearest(before, table, updated, updated, k)
-    rows = row_ids.distinct(np.concatenate([updated, neighbours.ravel()]), num_rows)
-    table[rows] = given(table[rows], np.searchsorted(rows, updated).astype(np.int32),
-                        np.searchsorted(rows, neighbours).astype(np.int32)).numpy()
+    rows, lookup = row_ids.distinct_and_lookup(
+        np.concatenate([updated, neighbours.ravel()]), num_rows)
+    table[rows] = given(table[rows], lookup[updated], lookup[neighbours]).numpy()
     index.moved(table, rows)
     return table
 
