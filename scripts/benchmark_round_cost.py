@@ -16,6 +16,9 @@ first sitting's).
 On several workers each run states the CPU seconds a round of the driver
 and of each worker, and a digest of the weights (the same on any number of
 workers); with --local_spreadout_shards, of each shard of FedAwS's index.
+With one worker and several among --local_workers, `busiest_worker_cpu_share`
+gives each several-worker run's busiest worker's CPU over the one worker's
+(the median over sittings; each sitting's too).
 `make benchmark-round-cost` runs both algorithms at 10k, 100k and 670k
 classes (Amazon-670K's 135,909 features) with the same clients, the
 contrasts at 100k, and 4,000 clients a round on 1 and 3 workers with the
@@ -143,6 +146,13 @@ def main(argv) -> None:
     if len(sittings) > 1:
       report["seconds_per_round_min_by_sitting"] = seconds.tolist()
       report["seconds_ratio_by_sitting"] = np.round(ratios, 2).tolist()
+    shares = [round_cost_benchmark.busiest_worker_shares(runs) for runs in sittings]
+    if any(share is not None for share in shares[0]):
+      report["busiest_worker_cpu_share"] = [
+          None if column[0] is None else round(float(np.median(column)), 3)
+          for column in zip(*shares)]
+      if len(sittings) > 1:
+        report["busiest_worker_cpu_share_by_sitting"] = shares
   print(json.dumps(report, indent=2))
   result_files.write_report_page(page_flag.PAGE.value, "Sub-model round cost", report)
 

@@ -8,6 +8,7 @@ import pytest
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import xc_encoder
+from fed_retrieval.reports import round_cost_benchmark
 from tests.script_runs import run_module
 
 
@@ -99,6 +100,29 @@ def test_sittings_run_the_configurations_in_turn_and_give_the_median_ratio():
   assert report["seconds_ratio_to_first"] == [1.0, round(float(np.median(ratios[:, 1])), 2)]
   assert [r["num_classes"] for r in report["runs"]] == [300, 600]  # The first sitting's.
   assert report["runs"][0]["seconds_per_round_min"] == seconds[0, 0]
+
+
+def test_the_busiest_workers_share_is_of_the_one_worker_at_the_same_classes_and_shards():
+  def run(classes, workers, cpu, shards=0):
+    return {"num_classes": classes, "workers": workers, "spreadout_shards": shards,
+            "cpu_seconds_per_round": {"workers": cpu}}
+
+  runs = [run(300, 1, [2.0]), run(300, 3, [0.6, 0.9, 0.5]), run(300, 1, [4.0], shards=2),
+          run(300, 3, [1.0, 1.2, 1.1], shards=2), run(600, 3, [1.0, 1.0, 1.0])]
+  assert round_cost_benchmark.busiest_worker_shares(runs) == [None, 0.45, None, 0.3, None]
+
+
+@pytest.mark.runs_long
+def test_one_and_two_workers_in_sittings_give_the_busiest_workers_median_share():
+  report = benchmark("--algorithm=fedss", "--num_classes=300", "--num_negatives=20",
+                     "--local_workers=1,2", "--sittings=2")
+  by_sitting = report["busiest_worker_cpu_share_by_sitting"]
+  assert [share is None for share in by_sitting[0]] == [True, False]
+  assert report["busiest_worker_cpu_share"] == [
+      None, round(float(np.median([shares[1] for shares in by_sitting])), 3)]
+  one, two = report["runs"]
+  assert by_sitting[0][1] == round(max(two["cpu_seconds_per_round"]["workers"]) /
+                                   one["cpu_seconds_per_round"]["workers"][0], 3)
 
 
 def test_no_sittings_is_refused_by_flag():

@@ -46,9 +46,10 @@ round from 21-22 s to 16-19 s (the worker's rose 10 -> 12-14 s: summing the
 call's bag deltas in TFF). Now the bag rows a worker's calls read go to it
 once a round (`sub_model_answers.RoundBags`, a value the worker holds:
 `worker_values`), and a call sends only which of them it reads: on one
-worker the round took 16.2 s instead of 18.8 and the driver 3.5 CPU s
-instead of 4.2 (the index on 2 shards; side by side, one sitting); on
-three, the busiest worker 4.8 instead of 6.1.
+worker the round took 16.2 s instead of 18.8-19.0 and the driver 3.5 CPU s
+instead of 4.2-5.4 (the index on 2 shards); on three workers 15.2 s instead
+of 19.0, the busiest worker 4.8 CPU s instead of 5.5 and the process tree
+8.4 GB instead of 11.2 (the index on the driver; side by side each).
 
 A round's TFF calls take at most `MAX_CLIENTS_PER_CALL` clients, the server
 folding each call's uploads into per-row sums as it returns (`RowSums`), so

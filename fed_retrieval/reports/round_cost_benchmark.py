@@ -14,7 +14,7 @@ worker, where the computations run); run one configuration per process, as
 
 import hashlib
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import psutil
@@ -117,6 +117,20 @@ def _digest(weights) -> str:
   for w in weights:
     digest.update(np.ascontiguousarray(np.asarray(w, np.float32)).tobytes())
   return digest.hexdigest()
+
+
+def busiest_worker_shares(runs: Sequence[Dict[str, Any]]) -> List[Optional[float]]:
+  """For each run on several workers, its busiest worker's CPU seconds a round
+  over those of the one worker of the run at the same classes and spreadout
+  shards (what N machines would each take of one's work); None for the rest."""
+  single = {(r["num_classes"], r.get("spreadout_shards", 0)):
+            r["cpu_seconds_per_round"]["workers"][0] for r in runs if r["workers"] == 1}
+  shares = []
+  for r in runs:
+    one = single.get((r["num_classes"], r.get("spreadout_shards", 0)))
+    shares.append(round(max(r["cpu_seconds_per_round"]["workers"]) / one, 3)
+                  if r["workers"] > 1 and one else None)
+  return shares
 
 
 def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "selected",
