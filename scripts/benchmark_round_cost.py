@@ -69,6 +69,11 @@ _SPREADOUT_SHARDS = flags.DEFINE_list(
     "scripts.spreadout_shard processes (what shards beside workers on as many "
     "machines do; their CPU stated); 0: in the driver; several counts: each in "
     "its own process.")
+_ONE_CALL_AT_A_TIME = flags.DEFINE_bool(
+    "one_call_at_a_time", False,
+    "Several local workers take their calls in turn, not at once: each one's CPU "
+    "seconds as on a machine of its own, without the others beside it on this "
+    "machine's cores (the results are the same).")
 _SITTINGS = flags.DEFINE_integer(
     "sittings", 1, "Times the configurations run in turn; the ratios are the median "
     "of each sitting's.")
@@ -96,7 +101,8 @@ def _report(num_classes: int, workers: int, shards: int) -> dict:
       num_classes, _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
       _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
       repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value, workers=workers,
-      client_shards=_CLIENT_SHARDS.value, spreadout_shards=shards)
+      client_shards=_CLIENT_SHARDS.value, spreadout_shards=shards,
+      one_call_at_a_time=_ONE_CALL_AT_A_TIME.value)
 
 
 def _in_child(num_classes: int, workers: int, shards: int) -> dict:

@@ -125,6 +125,14 @@ def test_one_and_two_workers_in_sittings_give_the_busiest_workers_median_share()
                                    one["cpu_seconds_per_round"]["workers"][0], 3)
 
 
+def test_workers_taking_their_calls_in_turn_train_as_at_once():
+  flags = ["--algorithm=fedaws", "--num_classes=300", "--local_workers=2"]
+  at_once, in_turn = benchmark(*flags), benchmark(*flags, "--one_call_at_a_time")
+  assert in_turn["weights_sha1"] == at_once["weights_sha1"]
+  assert in_turn["one_call_at_a_time"] and "one_call_at_a_time" not in at_once
+  assert len(in_turn["cpu_seconds_per_round"]["workers"]) == 2
+
+
 def test_no_sittings_is_refused_by_flag():
   result = run_module("scripts.benchmark_round_cost", "--sittings=0")
   assert result.returncode == 2

@@ -73,3 +73,36 @@ def test_session_worker_computes_and_network_is_loopback_only(tff_context):
   assert total([1, 2, 3]) == 6
   assert script_runs.alive(tff_context.pid)
   assert [name for _, name in socket.if_nameindex()] == ["lo"]
+
+
+def test_contexts_sharing_a_lock_take_their_calls_in_turn():
+  """Two workers' calls from two threads at once: with `OneCallAtATime` none
+  overlaps another; each still reaches its own context, factory included."""
+  import threading  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
+
+  running, overlaps, seen = [], [], []
+
+  class Slow:
+    executor_factory = "factory"
+
+    def invoke(self, computation, arg):
+      running.append(arg)
+      overlaps.append(len(running) > 1)
+      time.sleep(0.05)
+      seen.append((computation, arg))
+      running.remove(arg)
+      return arg
+
+  lock = threading.Lock()
+  contexts = [tff_runtime.OneCallAtATime(Slow(), lock) for _ in range(2)]
+  threads = [threading.Thread(
+      target=lambda c=c, i=i: [c.invoke("f", (i, k)) for k in range(3)])
+             for i, c in enumerate(contexts)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert len(seen) == 6 and not any(overlaps)
+  assert contexts[0].executor_factory == "factory"

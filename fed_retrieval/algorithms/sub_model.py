@@ -30,10 +30,10 @@ shard of clients, their batches one client after another
 step 1 returns each of the shard's clients' keys, computed from that
 client's own examples; the server answers the shard as one (its clients'
 class rows and their positions among the bag rows the call reads); step 2
-trains the shard's clients one after another in
-one pass over its batches, each from the round's model with its own rows,
-and returns their class-row uploads stacked, their bag deltas summed on the
-call's rows (over the call's shards, in TFF) and their tower deltas' mean.
+trains the shard's clients one after another in one pass over its batches,
+each from the round's model with its own rows, and returns their class-row
+uploads stacked, their bag deltas summed on the call's rows (over the call's
+shards, in TFF) and their tower deltas' mean.
 The round is the one of a TFF client each (tested, to rounding) without
 TFF's cost per client call, twice a round (a client's dataset serialized
 into the worker, its result out): on `xc_small`, 100 clients a round, a
@@ -295,7 +295,7 @@ def _in_waves(contexts: Sequence[Any], count: int, run: Callable[[Any, int], Any
   with concurrent.futures.ThreadPoolExecutor(len(contexts)) as pool:
     for first in range(0, count, len(contexts)):
       wave = [pool.submit(run, context, i)
-              for context, i in zip(contexts, range(first, min(first + len(contexts), count)))]
+              for context, i in zip(contexts, range(first, count))]
       for future in wave:
         yield future.result()
 
@@ -350,9 +350,9 @@ class SubModelProcess:
         if spec.sharded else spec.batch_type)
     if not spec.whole_table:
       self.client_keys = sub_model_clients.build_client_keys(spec, data_type)
-    self.client_round = sub_model_clients.ClientRound(
-        spec, shapes[1:] if self._bagged else shapes, num_rows, dim,
-        self._bag_dim).build(data_type)
+    self._round = sub_model_clients.ClientRound(
+        spec, shapes[1:] if self._bagged else shapes, num_rows, dim, self._bag_dim)
+    self.client_round = self._round.build(data_type)
 
   def initialize(self) -> Dict[str, Any]:
     return {"tower": [w.copy() for w in self._initial_tower],
@@ -380,7 +380,7 @@ class SubModelProcess:
     parts, calls = [], _calls(sizes, MAX_CLIENTS_PER_CALL)
     bags = (sub_model_answers.RoundBags(
         np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls,
-        max(len(contexts), 1), self.client_round.type_signature.parameter[1])
+        max(len(contexts), 1), self._round.worker_bag_type)
             if spec.sharded and self._bagged else None)
 
     def run(context, i):

@@ -72,7 +72,8 @@ class RoundBags:
                calls: Sequence[Tuple[int, int]], workers: int, type_spec):
     self._bag, self._bag_keys, self._calls = bag, bag_keys, calls
     self._workers, self._type_spec = workers, type_spec
-    self._made: Dict[Tuple[int, int], WorkerBag] = {}  # A worker's calls at once.
+    # (worker, clients) -> its bag; a group's calls run on one worker in turn.
+    self._made: Dict[Tuple[int, int], WorkerBag] = {}
 
   def _group(self, call: int) -> Tuple[int, int]:
     start, end = self._calls[call]

@@ -11,9 +11,9 @@ clips its own); the rows' come back per client for the server to average
 bag rows a worker's calls read are a value it holds for the round,
 `sub_model_answers.RoundBags`, and a call broadcasts which of them its
 shards read, each shard gathering its clients' rows); with the whole table,
-the table is broadcast and averaged as the tower is. A shard's loops are `tf.while_loop`s with autograph
-off (as in `client_shards`): converting them and all they call was 5.3 of
-the 7.6 s a small XC run spent in autograph.
+the table is broadcast and averaged as the tower is. A shard's loops are
+`tf.while_loop`s with autograph off (as in `client_shards`): converting them
+and all they call was 5.3 of the 7.6 s a small XC run spent in autograph.
 """
 
 from typing import Any, Sequence

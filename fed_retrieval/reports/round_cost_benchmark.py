@@ -140,14 +140,16 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                     batch_size: int = 16, repeats: int = 3, seed: int = 0,
                     spreadout_search: str = "exact", workers: int = 1,
                     client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS,
-                    spreadout_shards: int = 0) -> Dict[str, Any]:
+                    spreadout_shards: int = 0, one_call_at_a_time: bool = False
+                    ) -> Dict[str, Any]:
   """The figures of `repeats` timed rounds of `algorithm` (small architecture);
   bytes are the client with the most features' (`bag`: selected or whole).
   The clients are computed as a run computes them: in `client_shards` shards
   (`round_calls.round_datasets`; 0: a TFF client each).
-  On `workers` local TFF workers (`tff_runtime.several_local_workers`), the
-  CPU seconds a round of this process (the driver) and of each worker, and a
-  digest of the weights after the rounds (equal on any number of workers).
+  On `workers` local TFF workers (`tff_runtime.several_local_workers`; with
+  `one_call_at_a_time`, taking their calls in turn), the CPU seconds a round
+  of this process (the driver) and of each worker, and a digest of the
+  weights after the rounds (equal on any number of workers).
   With `spreadout_shards` (FedAwS, approximate), the index's lists live in
   as many local `scripts.spreadout_shard` processes, whose CPU seconds a
   round are stated too.
@@ -173,7 +175,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
       model, algorithm, bag, num_negatives, classes_per_client, _largest_bag(clients),
       seed, spreadout_search, client_shards > 0)
   with (tff_runtime.local_execution_context() if workers == 1 else
-        tff_runtime.several_local_workers(workers)) as started, \
+        tff_runtime.several_local_workers(workers, one_call_at_a_time)) as started, \
        array_service.LocalServers("scripts.spreadout_shard", spreadout_shards,
                                   tff_runtime.prepare_child) as shards, \
        process_memory.ProcessTreePeak() as peak:
@@ -206,6 +208,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
           model, clients, state["table"], seed)
   return {"algorithm": algorithm, "bag": "whole" if oracle else bag, **spreadout,
           "num_classes": num_classes, "workers": workers,
+          **({"one_call_at_a_time": True} if one_call_at_a_time and workers > 1 else {}),
           **({"spreadout_shards": spreadout_shards} if spreadout_shards else {}),
           "cpu_seconds_per_round": {
               "driver": round(cpu[0], 3),
