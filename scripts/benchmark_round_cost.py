@@ -72,8 +72,8 @@ _SPREADOUT_SHARDS = flags.DEFINE_list(
 _ONE_CALL_AT_A_TIME = flags.DEFINE_bool(
     "one_call_at_a_time", False,
     "Several local workers take their calls in turn, not at once: each one's CPU "
-    "seconds as on a machine of its own, without the others beside it on this "
-    "machine's cores (the results are the same).")
+    "seconds without another worker's call beside it on this machine's cores "
+    "(the results are the same).")
 _SITTINGS = flags.DEFINE_integer(
     "sittings", 1, "Times the configurations run in turn; the ratios are the median "
     "of each sitting's.")

@@ -500,10 +500,9 @@ def worker_contexts() -> list:
 
 class OneCallAtATime:
   """A worker's context whose calls wait for those of the others sharing
-  `lock` to end: each worker's CPU seconds as on a machine of its own, where
-  on fewer cores than workers the calls running at once cost each other
-  some (3 workers on 2 cores: 1.17-1.19x one's CPU seconds summed). Values
-  made in the worker (`worker_values`) are not waited for."""
+  `lock` to end: each worker's CPU seconds measured with no other worker's
+  call beside it on the cores (`benchmark_round_cost --one_call_at_a_time`).
+  Values made in the worker (`worker_values`) are not waited for."""
 
   def __init__(self, context, lock: threading.Lock):
     self._context, self._lock = context, lock
