@@ -22,8 +22,7 @@ from tests.configs import xc_settings_of
 pytestmark = pytest.mark.xdist_group("sub_model_calls")
 
 
-class StandIn:
-  """A context that cannot hold values in a worker (a test's stand-in)."""
+NO_WORKER = object()  # A context that cannot hold values: the arrays themselves.
 
 
 def test_a_workers_bag_rows_go_once_and_each_client_reads_its_own():
@@ -41,11 +40,11 @@ def test_a_workers_bag_rows_go_once_and_each_client_reads_its_own():
       (np.array([[1, 1]]), np.array([[True, False]]), np.array([2, 4]), np.array([2]))]
   bags = sub_model_answers.RoundBags(bag, [k[2] for k in shard_keys],
                                      [(0, 1), (1, 2), (2, 3)], 2, None)
-  first = bags.of_call(0, StandIn())
-  assert bags.of_call(2, StandIn()) is first
+  first = bags.of_call(0, NO_WORKER)
+  assert bags.of_call(2, NO_WORKER) is first
   np.testing.assert_array_equal(first.keys, [1, 2, 4, 7, 9])  # Shards 0 and 2.
   np.testing.assert_array_equal(first.rows, bag[[1, 2, 4, 7, 9]])
-  np.testing.assert_array_equal(bags.of_call(1, StandIn()).keys, [1, 7, 8])
+  np.testing.assert_array_equal(bags.of_call(1, NO_WORKER).keys, [1, 7, 8])
   answers, call_bag = sub_model_answers.shard_answers(state, shard_keys[:1], first)
   np.testing.assert_array_equal(call_bag.keys, [1, 4, 7, 9])
   np.testing.assert_array_equal(first.rows[call_bag.in_worker], bag[[1, 4, 7, 9]])

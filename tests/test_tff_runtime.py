@@ -5,6 +5,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -78,8 +80,6 @@ def test_session_worker_computes_and_network_is_loopback_only(tff_context):
 def test_contexts_sharing_a_lock_take_their_calls_in_turn():
   """Two workers' calls from two threads at once: with `OneCallAtATime` none
   overlaps another; each still reaches its own context, factory included."""
-  import threading  # pylint: disable=g-import-not-at-top
-  import time  # pylint: disable=g-import-not-at-top
   from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at-top
 
   running, overlaps, seen = [], [], []

@@ -48,8 +48,5 @@ def test_a_value_made_in_the_worker_serves_several_calls_sent_once(
 
 
 def test_a_context_that_cannot_hold_values_gets_the_value_itself():
-  class StandIn:
-    pass
-
   rows = np.ones((2, 2), np.float32)
-  assert worker_values.created(StandIn(), rows, ROWS, clients=1) is rows
+  assert worker_values.created(object(), rows, ROWS, clients=1) is rows

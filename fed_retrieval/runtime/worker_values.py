@@ -20,7 +20,7 @@ from typing import Any, Optional
 import tensorflow_federated as tff
 
 
-def current_context(context: Optional[Any]) -> Any:
+def _context_or_default(context: Optional[Any]) -> Any:
   """`context`, or TFF's default one when None (the one local worker's)."""
   return context if context is not None else tff.framework.get_context_stack().current
 
@@ -30,7 +30,7 @@ def invoke(context: Optional[Any], computation, *args) -> Any:
   arguments go as TFF packs a call's (a struct of them), so an executor
   value among them reaches the worker as the reference it is."""
   arg = args[0] if len(args) == 1 else tff.structure.Struct([(None, a) for a in args])
-  return current_context(context).invoke(computation, arg)
+  return _context_or_default(context).invoke(computation, arg)
 
 
 def created(context: Optional[Any], value: Any, type_spec: tff.types.Type,
@@ -38,7 +38,7 @@ def created(context: Optional[Any], value: Any, type_spec: tff.types.Type,
   """`value`, of `type_spec`, created in the worker behind `context` (None:
   the default context) for its calls of `clients` clients; `value` itself
   where the context cannot hold it."""
-  context = current_context(context)
+  context = _context_or_default(context)
   factory = getattr(context, "executor_factory", None)
   if factory is None:
     return value
