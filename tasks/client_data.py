@@ -51,6 +51,12 @@ def read_shard(dataset: tf.data.Dataset) -> Shard:
   return Shard(*dataset.get_single_element())
 
 
+def shard_clients(dataset: tf.data.Dataset) -> int:
+  """How many clients a shard dataset holds (eagerly: a shard's arrays are
+  its dataset's constants, read without a copy)."""
+  return int(np.sum(read_shard(dataset).starts_client))
+
+
 def shard_batch(shard: Shard, index: tf.Tensor, length: Optional[int] = None):
   """Batch `index` of a shard (in a TF graph). With `length`, the batch's
   known length (`checked_shard`): it is sliced with that static size, so the

@@ -83,8 +83,10 @@ def test_shuffled_batches_reshuffle_each_pass_and_repeat_by_seed():
 def test_a_shard_holds_its_clients_batches_in_turn_each_first_one_marked():
   data = client_data.ClientDatasets.from_examples(make_examples())
   clients, seeds = ["3", "9", "5"], [7, None, 2]
-  (shard,) = data.shard_dataset(clients, batch_size=2, epochs=2, shuffle_seeds=seeds,
-                                max_steps=2)
+  dataset = data.shard_dataset(clients, batch_size=2, epochs=2, shuffle_seeds=seeds,
+                               max_steps=2)
+  assert client_data.shard_clients(dataset) == 3
+  (shard,) = dataset
   expected = [batch for client, seed in zip(clients, seeds)
               for batch in data.training_dataset(client, 2, 2, seed, 2).as_numpy_iterator()]
   assert len(expected) == 2 + 2 + 1

@@ -1,6 +1,6 @@
 """A sub-model round split into several TFF calls (`sub_model.MAX_CLIENTS_PER_CALL`)
 trains as one call does, on one worker or spread over three, and `RowSums`
-folds calls as one sum would."""
+(and the bag's `BagSums`) fold calls as one sum would."""
 
 import collections
 
@@ -29,8 +29,7 @@ def test_a_workers_bag_rows_go_once_and_each_client_reads_its_own():
   """Three shards, a call each, over two workers: worker 0's calls (0 and 2)
   share one set of bag rows, the union of what they read, made once; each
   call names its rows among them, each client's positions among the call's
-  give back its own rows; the call's summed upload comes back as one part
-  holding each row's readers."""
+  give back its own rows."""
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   state = {"tower": [bag], "table": np.eye(4, dtype=np.float32)}
   shard_keys = [  # (class keys [n, K], is_real [n, K], bag keys, bag keys a client).
@@ -52,12 +51,6 @@ def test_a_workers_bag_rows_go_once_and_each_client_reads_its_own():
   np.testing.assert_array_equal(answer[0], state["table"][shard_keys[0][0]])
   np.testing.assert_array_equal(call_bag.keys[answer[3]], shard_keys[0][2])
   np.testing.assert_array_equal(answer[4], shard_keys[0][3])
-  summed = np.ones((4, 2), np.float32)
-  parts = sub_model_answers.call_bag_parts(call_bag, summed, [2.0, 3.0])
-  np.testing.assert_array_equal(parts.keys[0], call_bag.keys)
-  np.testing.assert_array_equal(parts.holders[0], [1, 2, 1, 1])  # Row 4 twice.
-  np.testing.assert_array_equal(parts.sums[0], summed)
-  assert parts.weights == [2.0, 3.0]
 
 
 @pytest.mark.parametrize("sizes,most,calls", [
@@ -100,6 +93,25 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
   assert list(ids) == sorted(expected)
   np.testing.assert_allclose(means[:, 0], [expected[i] for i in ids], rtol=1e-6)
   np.testing.assert_array_equal(means[:, 0], means[:, 1])
+
+
+def test_bag_sums_in_place_equal_row_sums_over_every_client_to_the_bit():
+  """The bag's deltas summed in place (parts of distinct keys: a client's, a
+  call's) give `RowSums`' `clients` mean, zeros on rows nobody read."""
+  rng = np.random.default_rng(0)
+  parts = [sub_model_answers.RowParts([np.array(k)], [rng.normal(size=(len(k), 3))
+                                                      .astype(np.float32)], [], [w])
+           for k, w in (([4, 1, 2], 2.0), ([1, 3], 0.5), ([2, 4, 0, 1], 1.5))]
+  dense, sparse = sub_model.BagSums((6, 3)), sub_model.RowSums(6, 3, "clients")
+  for part in parts:
+    dense.add(part)
+    sparse.add(part._replace(holders=[np.ones(len(part.keys[0]), np.int64)]))
+  ids, means = sparse.means()
+  expected = np.zeros((6, 3), np.float32)
+  expected[ids] = means
+  np.testing.assert_array_equal(dense.mean(), expected)
+  np.testing.assert_array_equal(dense.mean()[5], 0.0)
+  np.testing.assert_allclose(dense.mean()[3], parts[1].sums[0][1] / 4.0, rtol=1e-6)
 
 
 def build(task, config, algorithm):
@@ -192,7 +204,6 @@ def test_calls_spread_over_three_workers_train_as_on_one(
   spread, _ = two_rounds(process, task, config, shards)
   for a, b in zip(one, spread):
     np.testing.assert_array_equal(b, a)
-  # A round: a third of the clients' keys on each worker, then 3 calls of 2
-  # clients, one each.
+  # A round: 3 calls of 2 clients, one a worker, each its keys then its training.
   assert calls == {0: 2 * 2, 1: 2 * 2, 2: 2 * 2}
   assert any(np.any(a != b) for a, b in zip(one, initial))

@@ -1,5 +1,6 @@
-"""A value created in a TFF worker once is read by several calls there as the
-value itself would be, and is not sent again."""
+"""A value created in a TFF worker once (on the server, or one member per
+client) is read by several calls there as the value itself would be, and is
+not sent again."""
 
 import numpy as np
 import tensorflow as tf
@@ -45,6 +46,19 @@ def test_a_value_made_in_the_worker_serves_several_calls_sent_once(
                    worker_values.invoke(None, picked, rows, picks)):
       np.testing.assert_array_equal(np.stack(result), expected)
   assert len(sent) == 3  # Once made, then the array passed itself, twice.
+
+
+def test_a_value_of_the_clients_made_in_the_worker_gives_the_call_its_clients(
+    tff_context):
+  """A call whose only clients' argument lives in the worker learns their
+  number from it (TFF's context counts a call's clients from its arguments);
+  the same value serves two calls."""
+  rows = np.arange(12, dtype=np.float32).reshape(6, 2)
+  picks = [np.array(p, np.int32) for p in ([0, 5], [1, 1, 2], [4])]
+  held = worker_values.created(None, picks, PICKS, clients=3)
+  for _ in range(2):
+    result = worker_values.invoke(None, picked, rows, held)
+    np.testing.assert_array_equal(np.stack(result), [rows[p].sum(axis=0) for p in picks])
 
 
 def test_a_context_that_cannot_hold_values_gets_the_value_itself():

@@ -52,13 +52,15 @@ of 19.0, the busiest worker 4.8 CPU s instead of 5.5 and the process tree
 8.4 GB instead of 11.2 (the index on the driver; side by side each).
 
 A round's TFF calls take at most `MAX_CLIENTS_PER_CALL` clients, the server
-folding each call's uploads into per-row sums as it returns (`RowSums`), so
-a round of thousands of clients holds one call's answers and uploads at a
-time. On several workers (`tff_runtime.worker_contexts`) the clients' keys
-are computed in one call a worker, a share of the clients each, then call i
-goes to worker i mod their number, each worker receiving only its clients'
-answers and data: the calls, and so the results, are one worker's (tested
-bit for bit); a round of one call runs on the first worker.
+folding each call's uploads into per-row sums as it returns (`RowSums`; the
+bag's in place, `BagSums`), so a round of thousands of clients holds one
+call's answers and uploads at a time. Each call's data goes to its worker
+once, as a value the worker holds for the round (`worker_values`): step 1
+computes the call's keys from it and step 2 trains on it. On several
+workers (`tff_runtime.worker_contexts`) call i goes to worker i mod their
+number, each worker receiving only its clients' answers and data: the
+calls, and so the results, are one worker's (tested bit for bit); a round
+of one call runs on the first worker.
 
 Why the server's side runs in Python and not in TFF (measured here, TFF 0.87):
 `tff.federated_select` passes the whole table into each key's selection (~10
@@ -258,6 +260,29 @@ class RowSums:
     return self._ids.astype(np.int32), (self._sums / divisor).astype(np.float32)
 
 
+class BagSums:
+  """A round's embedding-bag deltas summed in place on an array of the bag's
+  shape as the calls return (`add`: parts whose keys are distinct within a
+  part, each client's deltas scaled by its weight), and `mean`: the sum over
+  the round's total weight, the bag's mean delta over every client, zero on
+  rows nobody read (the same numbers as `RowSums`' `clients` mean, to the
+  bit). Dense because the server's step is: its optimizer moves every row of
+  the bag. A call of 500 clients at Amazon-670K's shape returns ~95% of the
+  bag's rows, which `RowSums` summed anew with the round's running sums."""
+
+  def __init__(self, shape: Tuple[int, int]):
+    self._sums = np.zeros(shape, np.float32)
+    self._weights: List[float] = []
+
+  def add(self, parts: sub_model_answers.RowParts) -> None:
+    for keys, sums in zip(parts.keys, parts.sums):
+      self._sums[keys] += sums
+    self._weights.extend(parts.weights)
+
+  def mean(self) -> np.ndarray:
+    return (self._sums / max(float(np.sum(self._weights)), 1e-12)).astype(np.float32)
+
+
 @dataclasses.dataclass
 class _RoundSums:
   """What a round's clients give the server: the broadcast's mean delta (DP:
@@ -268,7 +293,7 @@ class _RoundSums:
   count: float
   table_delta: Optional[np.ndarray] = None
   rows: Optional[RowSums] = None
-  bag: Optional[RowSums] = None
+  bag: Optional[BagSums] = None
 
 
 def _calls(sizes: Sequence[int], most: int) -> List[Tuple[int, int]]:
@@ -348,6 +373,7 @@ class SubModelProcess:
         tff.types.tensorflow_to_type(client_data.shard_spec(
             tff.types.type_to_tf_tensor_specs(tff.types.to_type(spec.batch_type))))
         if spec.sharded else spec.batch_type)
+    self._data_type = tff.FederatedType(data_type, tff.CLIENTS)
     if not spec.whole_table:
       self.client_keys = sub_model_clients.build_client_keys(spec, data_type)
     self._round = sub_model_clients.ClientRound(
@@ -363,7 +389,8 @@ class SubModelProcess:
 
   def _clients(self, state, client_data_, round_num: int) -> "_RoundSums":
     """The round's client work, at most `MAX_CLIENTS_PER_CALL` clients a TFF
-    call (`_call`), folded into the round's sums as each call returns."""
+    call: each call's data sent to its worker once (`_sent`), then each call
+    trained (`_call`), folded into the round's sums as it returns."""
     spec = self._spec
     dense = list(state["tower"][1:] if self._bagged else state["tower"])
     if spec.whole_table:
@@ -371,13 +398,17 @@ class SubModelProcess:
       return _RoundSums([np.asarray(d) for d in mean[0]], float(loss_sum), float(count),
                         np.asarray(mean[1]))
     contexts = tff_runtime.worker_contexts()
-    keys = self._keys(contexts, client_data_, round_num)
-    sizes = [len(np.asarray(k[0])) for k in keys] if spec.sharded else [1] * len(keys)
+    calls = _calls([client_data.shard_clients(d) for d in client_data_] if spec.sharded
+                   else [1] * len(client_data_), MAX_CLIENTS_PER_CALL)
+    seed = np.array([spec.seed, round_num], np.int64)
+    sent = list(_in_waves(contexts, len(calls), lambda context, i: self._sent(
+        context, client_data_[slice(*calls[i])], seed)))
+    keys = [k for _, call_keys in sent for k in call_keys]
     work = _RoundSums([], 0.0, 0.0, rows=(RowSums(self._num_rows, self._dim, spec.row_mean)
                                           if spec.trains_rows else None),
-                      bag=(RowSums(self._bag_rows, self._bag_dim, "clients")
+                      bag=(BagSums((self._bag_rows, self._bag_dim))
                            if self._bagged else None))
-    parts, calls = [], _calls(sizes, MAX_CLIENTS_PER_CALL)
+    parts = []
     bags = (sub_model_answers.RoundBags(
         np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls,
         max(len(contexts), 1), self._round.worker_bag_type)
@@ -385,7 +416,7 @@ class SubModelProcess:
 
     def run(context, i):
       start, end = calls[i]
-      return self._call(context, state, dense, keys[start:end], client_data_[start:end],
+      return self._call(context, state, dense, keys[start:end], sent[i][0],
                         bags.of_call(i, context) if bags else None)
 
     for mean, loss_sum, count, rows, bag in _in_waves(contexts, len(calls), run):
@@ -399,20 +430,20 @@ class SubModelProcess:
     work.mean = _combined(parts, summed=spec.dp is not None)
     return work
 
-  def _keys(self, contexts: Sequence[Any], client_data_, round_num: int) -> List[Any]:
-    """Each TFF client's keys, its clients split evenly over the workers: a
-    client's keys depend on its data and the round alone, not on the split."""
-    seed = np.array([self._spec.seed, round_num], np.int64)
-    bounds = np.linspace(0, len(client_data_), max(len(contexts), 1) + 1).round()
-    chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-    run = lambda context, i: list(worker_values.invoke(
-        context, self.client_keys, seed, client_data_[slice(*chunks[i])]))
-    return [keys for part in _in_waves(contexts, len(chunks), run) for keys in part]
+  def _sent(self, context, client_data_, seed: np.ndarray) -> Tuple[Any, List[Any]]:
+    """(a call's data made in the worker behind `context` for the call's
+    training, the keys of each of its TFF clients computed there from it):
+    its data crosses to the worker once a round, not once for its keys and
+    again to train. A client's keys depend on its data and the round alone."""
+    data = worker_values.created(context, client_data_, self._data_type,
+                                 len(client_data_))
+    return data, list(worker_values.invoke(context, self.client_keys, seed, data))
 
   def _call(self, context, state, dense, keys, client_data_,
             worker_bag: Optional[sub_model_answers.WorkerBag]):
     """One TFF call, in `context` (None: the default), of the round's clients
-    whose keys (per TFF client: a client or a shard) are `keys`, sharded with
+    whose keys (per TFF client: a client or a shard) are `keys` and data
+    `client_data_` (the call's value in its worker, `_sent`), sharded with
     a bag reading the rows of `worker_bag`: (the mean (DP: sum) of the
     broadcast's deltas, loss sum, examples, the class rows' and the bag's
     uploads as `RowParts`, each None if not trained)."""
@@ -432,7 +463,8 @@ class SubModelProcess:
       rows = sub_model_answers.client_parts(
           [k for a in answers for k in a[1]], [d for u in uploads for d in np.asarray(u[0])],
           [r for a in answers for r in a[2]], weights, spec.row_mean == "clients")
-      bag = (sub_model_answers.call_bag_parts(call_bag, outputs[4], weights)
+      bag = (sub_model_answers.RowParts([call_bag.keys], [np.asarray(outputs[4])], [],
+                                        [float(w) for w in weights])
              if self._bagged else None)
     else:  # Per client: rows, [bag rows,] count.
       weights = [float(u[-1]) for u in uploads]
@@ -447,8 +479,8 @@ class SubModelProcess:
 
   def _server_step(self, state, work: "_RoundSums", round_num: int):
     """The new tower and table: DP noise on the dense means, the bag's mean
-    over every client, the server optimizer on the tower, each class row's
-    mean delta (`RowSums`), then the table step."""
+    over every client (`BagSums`), the server optimizer on the tower, each
+    class row's mean delta (`RowSums`), then the table step."""
     spec = self._spec
     mean_tower, table_delta = work.mean, work.table_delta
     if spec.dp is not None:  # Sums of clipped updates -> their noised mean.
@@ -457,10 +489,7 @@ class SubModelProcess:
       mean_tower = noised[:len(mean_tower)]
       table_delta = noised[-1] if spec.whole_table else None
     if self._bagged:  # The bag's mean delta over every client, zeros where absent.
-      ids, means = work.bag.means()
-      bag_delta = np.zeros(state["tower"][0].shape, np.float32)
-      bag_delta[ids] = means
-      mean_tower = [bag_delta] + mean_tower
+      mean_tower = [work.bag.mean()] + mean_tower
     optimizer_state, tower = self._tower_step(state["optimizer"], state["tower"],
                                               mean_tower)
     table = state["table"]

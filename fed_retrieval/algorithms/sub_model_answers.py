@@ -14,10 +14,11 @@ from fed_retrieval.runtime import worker_values
 
 
 class RowParts(NamedTuple):
-  """Uploads for `RowSums.add`: per part (a client, or a call's bag) its row
-  keys, their deltas summed over its clients (with the `clients` mean, each
-  client's scaled by its weight), how many of its clients held each key, and
-  its clients' weights."""
+  """Uploads for `RowSums.add` (or the bag's, `BagSums.add`): per part (a
+  client, or a call's bag) its row keys, their deltas summed over its clients
+  (with the `clients` mean, each client's scaled by its weight), how many of
+  its clients held each key (a call's bag: not counted, its mean is over
+  every client), and its clients' weights."""
   keys: List[np.ndarray]
   sums: List[np.ndarray]
   holders: List[np.ndarray]
@@ -128,12 +129,3 @@ def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
       [np.asarray(d)[r] * w if scaled else np.asarray(d)[r]
        for d, r, w in zip(deltas, real, weights)],
       [np.ones(int(np.sum(r)), np.int64) for r in real], [float(w) for w in weights])
-
-
-def call_bag_parts(call_bag: CallBag, bag_sum: np.ndarray, weights: Sequence[float]
-                   ) -> RowParts:
-  """A call's bag upload (its clients' weighted deltas summed on the call's
-  rows, `CallBag`) as one part."""
-  holders = np.bincount(np.concatenate(call_bag.positions), minlength=len(call_bag.keys))
-  return RowParts([call_bag.keys], [np.asarray(bag_sum)], [holders],
-                  [float(w) for w in weights])

@@ -499,20 +499,20 @@ def worker_contexts() -> list:
 
 
 class OneCallAtATime:
-  """A worker's context whose calls wait for those of the others sharing
-  `lock` to end: each worker's CPU seconds measured with no other worker's
-  call beside it on the cores (`benchmark_round_cost --one_call_at_a_time`).
-  Values made in the worker (`worker_values`) are not waited for."""
+  """A worker's context whose calls, and values it makes (`worker_values`),
+  wait for those of the others sharing `turn` to end: each worker's CPU
+  seconds measured with no other worker's work beside it on the cores
+  (`benchmark_round_cost --one_call_at_a_time`)."""
 
-  def __init__(self, context, lock: threading.Lock):
-    self._context, self._lock = context, lock
+  def __init__(self, context, turn: threading.Lock):
+    self._context, self.turn = context, turn
 
   @property
   def executor_factory(self):
     return self._context.executor_factory
 
   def invoke(self, computation, arg):
-    with self._lock:
+    with self.turn:
       return self._context.invoke(computation, arg)
 
 

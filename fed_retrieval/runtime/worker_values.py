@@ -11,13 +11,17 @@ A worker keeps an executor per number of clients a call has (TFF's
 `ResourceManagingExecutorFactory`), and a value lives in one executor, so a
 value is created per worker and per client count, when a call first needs
 it. A context that is not one of TFF's execution contexts over an executor
-factory (a test's stand-in, TFF's mergeable context) gets the value itself.
+factory (a test's stand-in, TFF's mergeable context) gets the value itself;
+one with a `turn` (a lock, `tff_runtime.OneCallAtATime`) makes it in turn.
 """
 
 import asyncio
+import contextlib
 from typing import Any, Optional
 
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.executors import cardinality_carrying_base
+from tensorflow_federated.python.core.impl.executors import remote_executor
 
 
 def _context_or_default(context: Optional[Any]) -> Any:
@@ -43,7 +47,36 @@ def created(context: Optional[Any], value: Any, type_spec: tff.types.Type,
   if factory is None:
     return value
   executor = factory.create_executor({tff.CLIENTS: clients})
-  # A remote executor's methods block on the worker's answer: any event loop
-  # runs them, and none is running in this thread.
-  return asyncio.run(executor.create_value(value, type_spec))
+  with getattr(context, "turn", None) or contextlib.nullcontext():
+    # A remote executor's methods block on the worker's answer: any event
+    # loop runs them, and none is running in this thread.
+    made = asyncio.run(executor.create_value(value, type_spec))
+  if isinstance(type_spec, tff.FederatedType) and not type_spec.all_equal:
+    return _WithClients(made, clients)
+  return made
+
+
+class _WithClients(remote_executor.RemoteValue, cardinality_carrying_base.CardinalityCarrying):
+  """A value a worker holds, one member per client, that says how many
+  clients it has: TFF's context infers a call's client count from its
+  arguments, and a worker's value does not carry one. It refers to the
+  value `held` refers to (which frees it in the worker when dropped)."""
+
+  def __init__(self, held, clients: int):  # pylint: disable=super-init-not-called
+    self._held, self._clients = held, clients
+
+  @property
+  def type_signature(self):
+    return self._held.type_signature
+
+  @property
+  def reference(self):
+    return self._held.reference
+
+  @property
+  def cardinality(self):
+    return {tff.CLIENTS: self._clients}
+
+  async def compute(self):
+    return await self._held.compute()
 
