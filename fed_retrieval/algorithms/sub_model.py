@@ -60,7 +60,12 @@ computes the call's keys from it and step 2 trains on it. On several
 workers (`tff_runtime.worker_contexts`) call i goes to worker i mod their
 number, each worker receiving only its clients' answers and data: the
 calls, and so the results, are one worker's (tested bit for bit); a round
-of one call runs on the first worker.
+of one call runs on the first worker. Sending the data once and summing the
+bag's deltas in place took the driver's CPU a round from 3.7-4.3 to 3.2-3.4 s
+and the process tree from 5.2 to 4.9-5.0 GB (4,000 clients at Amazon-670K's
+shape, one worker, the index on 3 shards; side by side, two sittings); the
+worker's CPU did not move beyond the sittings' spread: it parses a call's
+data in each computation that reads it, held or sent.
 
 Why the server's side runs in Python and not in TFF (measured here, TFF 0.87):
 `tff.federated_select` passes the whole table into each key's selection (~10
