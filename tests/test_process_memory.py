@@ -18,7 +18,8 @@ _CHILD = (f"import sys, time\nblock = b'\\x01' * ({CHILD_MB} * 1024 * 1024)\n"
 
 def test_the_peak_counts_a_child_process():
   own_mb = psutil.Process().memory_info().rss / process_memory.MB
-  with process_memory.ProcessTreePeak(interval_seconds=0.01) as peak:
+  with process_memory.ProcessTreePeak(interval_seconds=0.01,
+                                     tree_interval_seconds=0.01) as peak:
     child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE,
                              text=True)
     try:
@@ -45,6 +46,27 @@ def test_the_peak_counts_this_process():
   report = peak.report()
   assert report["processes"] >= 1
   assert 50 <= report["peak_rss_mb"] <= report["peak_rss_mb_sum_of_high_water_marks"]
+
+
+def test_the_tree_is_listed_every_tree_interval_and_the_sampling_cpu_is_told():
+  """A child started in the block is not sampled before the tree is listed
+  again; the sampling thread's CPU is counted, part of this process's."""
+  cpu_before = time.process_time()
+  with process_memory.ProcessTreePeak(interval_seconds=0.001,
+                                     tree_interval_seconds=60) as peak:
+    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+      assert child.stdout.readline().strip() == "ready"
+      time.sleep(0.3)
+      during = peak.sampler_cpu_seconds()
+    finally:
+      child.kill()
+      child.wait()
+  own_mb = psutil.Process().memory_info().rss / process_memory.MB
+  assert peak.peak_rss_mb < own_mb + 0.5 * CHILD_MB  # Never listed while it ran.
+  assert 0 < during <= peak.sampler_cpu_seconds()
+  assert peak.sampler_cpu_seconds() <= time.process_time() - cpu_before
 
 
 def test_the_tree_peak_tool_reports_a_command_and_its_exit_code():

@@ -64,6 +64,7 @@ def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall()
     assert run["memory"]["processes"] == 3  # Python and its two TFF workers.
     cpu = run["cpu_seconds_per_round"]
     assert cpu["driver"] > 0 and len(cpu["workers"]) == 2 and cpu["workers"][0] > 0
+    assert 0 <= cpu["memory_sampler"] < cpu["driver"]  # Counted apart.
     assert len(run["weights_sha1"]) == 40
     assert run["spreadout_search"] == "approximate"
     # 69 and 98 lists, 64 of them scanned: most neighbours found, and those

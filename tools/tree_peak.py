@@ -24,7 +24,8 @@ def main(argv) -> int:
     print("usage: python tools/tree_peak.py COMMAND [ARGS...]", file=sys.stderr)
     return 2
   start = time.perf_counter()
-  with process_memory.ProcessTreePeak(interval_seconds=0.2) as peak:
+  with process_memory.ProcessTreePeak(interval_seconds=0.2,
+                                     tree_interval_seconds=0.2) as peak:
     returncode = subprocess.call(argv)
   print(json.dumps({**peak.report(), "seconds": round(time.perf_counter() - start, 1),
                     "returncode": returncode}), file=sys.stderr)
