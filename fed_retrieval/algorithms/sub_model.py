@@ -62,10 +62,11 @@ number, each worker receiving only its clients' answers and data: the
 calls, and so the results, are one worker's (tested bit for bit); a round
 of one call runs on the first worker. Sending the data once and summing the
 bag's deltas in place took the driver's CPU a round from 3.7-4.3 to 3.2-3.4 s
-and the process tree from 5.2 to 4.9-5.0 GB (4,000 clients at Amazon-670K's
-shape, one worker, the index on 3 shards; side by side, two sittings); the
-worker's CPU did not move beyond the sittings' spread: it parses a call's
-data in each computation that reads it, held or sent.
+(with the benchmark's memory sampler, then counted as the driver's) and the
+process tree from 5.2 to 4.9-5.0 GB (4,000 clients at Amazon-670K's shape,
+one worker, the index on 3 shards; side by side, two sittings); the worker's
+CPU did not move beyond the sittings' spread: it parses a call's data in
+each computation that reads it, held or sent.
 
 Why the server's side runs in Python and not in TFF (measured here, TFF 0.87):
 `tff.federated_select` passes the whole table into each key's selection (~10
@@ -439,7 +440,9 @@ class SubModelProcess:
     """(a call's data made in the worker behind `context` for the call's
     training, the keys of each of its TFF clients computed there from it):
     its data crosses to the worker once a round, not once for its keys and
-    again to train. A client's keys depend on its data and the round alone."""
+    again to train, and the worker holds its calls' data for the round (a
+    share of what the driver holds). A client's keys depend on its data and
+    the round alone."""
     data = worker_values.created(context, client_data_, self._data_type,
                                  len(client_data_))
     return data, list(worker_values.invoke(context, self.client_keys, seed, data))
