@@ -1,5 +1,6 @@
 """ProcessTreePeak counts the memory of child processes (the TFF worker's)."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -16,19 +17,26 @@ _CHILD = (f"import sys, time\nblock = b'\\x01' * ({CHILD_MB} * 1024 * 1024)\n"
           "print('ready', flush=True)\ntime.sleep(60)\n")
 
 
+@contextlib.contextmanager
+def _child_holding_memory():
+  """A child process holding CHILD_MB, from its start until the block ends."""
+  child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE,
+                           text=True)
+  try:
+    assert child.stdout.readline().strip() == "ready"
+    yield
+  finally:
+    child.kill()
+    child.wait()
+
+
 def test_the_peak_counts_a_child_process():
   own_mb = psutil.Process().memory_info().rss / process_memory.MB
   with process_memory.ProcessTreePeak(interval_seconds=0.01,
                                      tree_interval_seconds=0.01) as peak:
-    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE,
-                             text=True)
-    try:
-      assert child.stdout.readline().strip() == "ready"
+    with _child_holding_memory():
       peak_before_exit = peak.peak_rss_mb
       time.sleep(0.1)  # At least one sample with the child's block resident.
-    finally:
-      child.kill()
-      child.wait()
   report = peak.report()
   assert report["processes"] >= 2
   # The child's block and this process (a sampled sum, so not above both
@@ -54,17 +62,11 @@ def test_the_tree_is_listed_every_tree_interval_and_the_sampling_cpu_is_told():
   cpu_before = time.process_time()
   with process_memory.ProcessTreePeak(interval_seconds=0.001,
                                      tree_interval_seconds=60) as peak:
-    child = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE,
-                             text=True)
-    try:
-      assert child.stdout.readline().strip() == "ready"
+    at_start = peak.peak_rss_mb  # The tree as it was (a test run's TFF worker too).
+    with _child_holding_memory():
       time.sleep(0.3)
       during = peak.sampler_cpu_seconds()
-    finally:
-      child.kill()
-      child.wait()
-  own_mb = psutil.Process().memory_info().rss / process_memory.MB
-  assert peak.peak_rss_mb < own_mb + 0.5 * CHILD_MB  # Never listed while it ran.
+  assert peak.peak_rss_mb < at_start + 0.5 * CHILD_MB  # Never listed while it ran.
   assert 0 < during <= peak.sampler_cpu_seconds()
   assert peak.sampler_cpu_seconds() <= time.process_time() - cpu_before
 
