@@ -2,7 +2,8 @@
 
 TFF's execution context serializes every argument of every call, and the
 worker parses it anew, although a program's calls may read one large value:
-the calls of a sub-model round on one worker all read the embedding bag.
+the calls of a sub-model round on one worker all read the embedding bag, and
+a call's clients' data is read by their keys' computation and their training.
 The context's executor can create a value in the worker by itself; a call
 given that value (an executor value) passes it on as it is, without
 serializing it again, and the worker keeps it while Python refers to it.
@@ -12,7 +13,9 @@ A worker keeps an executor per number of clients a call has (TFF's
 value is created per worker and per client count, when a call first needs
 it. A context that is not one of TFF's execution contexts over an executor
 factory (a test's stand-in, TFF's mergeable context) gets the value itself;
-one with a `turn` (a lock, `tff_runtime.OneCallAtATime`) makes it in turn.
+one with a `turn` (a lock, `tff_runtime.OneCallAtATime`) makes it in turn. A
+value with a member per client says how many clients it has, as a call's
+arguments must for TFF's context.
 """
 
 import asyncio
