@@ -13,7 +13,7 @@ high-water marks are read every `tree_interval_seconds` (and at the block's
 ends), the known processes' RSS every `interval_seconds`: listing the tree 20
 times a second took 0.66 CPU s of a 17.7 s round (4,000 clients,
 `scripts.benchmark_round_cost`), which the benchmark counted as the
-driver's; now 0.12-0.13 s. `sampler_cpu_seconds` says how much the sampling
+driver's; now 0.09-0.15 s. `sampler_cpu_seconds` says how much the sampling
 took, for a benchmark to leave out of this process's CPU.
 """
 
