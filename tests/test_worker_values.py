@@ -2,6 +2,9 @@
 client) is read by several calls there as the value itself would be, and is
 not sent again."""
 
+import threading
+import types
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -59,6 +62,28 @@ def test_a_value_of_the_clients_made_in_the_worker_gives_the_call_its_clients(
   for _ in range(2):
     result = worker_values.invoke(None, picked, rows, held)
     np.testing.assert_array_equal(np.stack(result), [rows[p].sum(axis=0) for p in picks])
+
+
+def test_a_context_with_a_turn_makes_its_values_in_turn():
+  """As `OneCallAtATime`'s calls, a value is made while the context's turn
+  is held, so no other worker's work runs beside it."""
+  turn, held = threading.Lock(), []
+
+  class Executor:
+    async def create_value(self, value, type_spec):
+      del type_spec
+      held.append(turn.locked())
+      return value
+
+  class Factory:
+    def create_executor(self, cardinalities):
+      del cardinalities
+      return Executor()
+
+  in_turn = types.SimpleNamespace(executor_factory=Factory(), turn=turn)
+  rows = np.ones((2, 2), np.float32)
+  assert worker_values.created(in_turn, rows, ROWS, clients=1) is rows
+  assert held == [True] and not turn.locked()
 
 
 def test_a_context_that_cannot_hold_values_gets_the_value_itself():
