@@ -1,4 +1,6 @@
-"""A TFF remote executor that creates each computation in its worker once.
+"""A TFF remote executor that creates each computation in its worker once,
+and sends other values with each array's data copied once (`value_bytes`,
+when its stub is a `value_bytes.BytesStub`, as `tff_runtime`'s are).
 
 TFF's `RemoteExecutor` serializes the computation it runs and creates it in
 the worker anew on every call, although a run calls the same few computations
@@ -29,12 +31,16 @@ from typing import Any, Tuple
 
 import grpc
 import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.executors import remote_executor
+
+from fed_retrieval.runtime import value_bytes
 
 
 class ComputationCachingRemoteExecutor(tff.framework.RemoteExecutor):
   """`tff.framework.RemoteExecutor` whose computations are created once per
   executor id (the `max_computations` most recently run); every other value
-  as before."""
+  is sent each time, as the bytes `value_bytes` writes where the stub takes
+  them."""
 
   max_computations = 16
 
@@ -47,7 +53,7 @@ class ComputationCachingRemoteExecutor(tff.framework.RemoteExecutor):
 
   async def create_value(self, value, type_spec=None):
     if not isinstance(value, tff.framework.ConcreteComputation):
-      return await super().create_value(value, type_spec)
+      return await self._create_data(value, type_spec)
     key = id(value)
     if key in self._computations:
       self._computations.move_to_end(key)
@@ -56,6 +62,16 @@ class ComputationCachingRemoteExecutor(tff.framework.RemoteExecutor):
       if len(self._computations) > self.max_computations:
         self._computations.popitem(last=False)
     return self._computations[key][1]
+
+  async def _create_data(self, value, type_spec):
+    """A value that is not a computation, its request written by
+    `value_bytes` when the stub sends such requests (`BytesStub`)."""
+    if not isinstance(self._stub, value_bytes.BytesStub) or type_spec is None:
+      return await super().create_value(value, type_spec)
+    self._check_has_executor_id()
+    response = self._stub.create_value_bytes(
+        value_bytes.create_value_request(self._executor_id, value, type_spec))
+    return remote_executor.RemoteValue(response.value_ref, type_spec, self)
 
   def set_cardinalities(self, cardinalities) -> None:
     self._computations.clear()

@@ -243,9 +243,10 @@ class LocalWorker:
   def running(self) -> bool:
     return self._process is not None and self._process.poll() is None
 
-  def start(self) -> "tff.framework.RemoteExecutorGrpcStub":
-    """Starts the worker and returns a stub once it answers."""
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  def start(self):
+    """Starts the worker and returns its stub (a `value_bytes.BytesStub`)
+    once it answers."""
+    from fed_retrieval.runtime import value_bytes  # pylint: disable=g-import-not-at-top
     self.port = self._fixed_port or portpicker.pick_unused_port()
     log = open(self._log_path, "ab") if self._log_path else subprocess.DEVNULL
     try:
@@ -260,7 +261,7 @@ class LocalWorker:
         log.close()
     atexit.register(self.stop)
     self._channel = grpc.insecure_channel(f"localhost:{self.port}", _LOCAL_GRPC_OPTIONS)
-    stub = tff.framework.RemoteExecutorGrpcStub(self._channel)
+    stub = value_bytes.BytesStub(self._channel)
     deadline = time.monotonic() + _STARTUP_TIMEOUT_SECONDS
     while not stub.is_ready:
       if self._process.poll() is not None:
@@ -397,7 +398,7 @@ class RemoteWorkers:
     self._closed = threading.Event()
 
   def connect(self) -> None:
-    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+    from fed_retrieval.runtime import value_bytes  # pylint: disable=g-import-not-at-top
     stubs = []
     for address in self.addresses:
       channel = grpc.insecure_channel(address, _REMOTE_GRPC_OPTIONS)
@@ -410,7 +411,7 @@ class RemoteWorkers:
             f"scripts.worker --port={address.rsplit(':', 1)[1]})") from e
       self._channels.append(channel)
       channel.subscribe(functools.partial(self._watch, address), try_to_connect=False)
-      stubs.append(tff.framework.RemoteExecutorGrpcStub(channel))
+      stubs.append(value_bytes.BytesStub(channel))
     set_workers_execution_context(stubs)
     self.contexts = [worker_context(stub) for stub in stubs]
     self.connected = True

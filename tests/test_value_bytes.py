@@ -1,0 +1,126 @@
+"""A value's request written by `value_bytes` parses to the one TFF writes,
+and a worker computes on values sent that way."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.proto.v0 import executor_pb2
+from tensorflow_federated.python.core.impl.executors import value_serialization
+
+from fed_retrieval.runtime import value_bytes
+from fed_retrieval.runtime import worker_values
+
+EXECUTOR = executor_pb2.ExecutorId(id="executor1")
+ROWS = tff.TensorType(np.float32, [None, 3])
+
+
+def _tff_request(value, type_spec):
+  proto, _ = value_serialization.serialize_value(value, type_spec)
+  return executor_pb2.CreateValueRequest(executor=EXECUTOR, value=proto)
+
+
+def _graphs_read(request):
+  """The request with each client's dataset graph replaced by nothing, and
+  the elements those graphs give (TFF's graph of a dataset differs between
+  two of its own serializations; what it reads does not)."""
+  elements = []
+  for member in request.value.federated.value:
+    if member.HasField("sequence"):
+      dataset, _ = value_serialization.deserialize_value(member)
+      elements.append([np.asarray(t) for e in dataset for t in tf.nest.flatten(e)])
+      member.sequence.ClearField("serialized_graph_def")
+  return request, elements
+
+
+def _dataset(start):
+  return tf.data.Dataset.from_tensor_slices(
+      (np.arange(start, start + 6, dtype=np.int32).reshape(3, 2),
+       np.arange(3, dtype=np.float32))).batch(2)
+
+
+CASES = {
+    "server rows": (np.arange(15, dtype=np.float32).reshape(5, 3),
+                    tff.FederatedType(ROWS, tff.SERVER)),
+    "cast to the type's dtype": (np.arange(4, dtype=np.int32),
+                                 tff.TensorType(np.int64, [4])),
+    "booleans": (np.array([[True, False]]), tff.TensorType(np.bool_, [1, 2])),
+    "no rows": (np.zeros((0, 3), np.float32), ROWS),
+    "a member per client": ([np.ones((2, 3), np.float32), np.zeros((0, 3), np.float32)],
+                            tff.FederatedType(ROWS, tff.CLIENTS)),
+    "scalar (TFF's own bytes)": (np.float32(2.5), tff.TensorType(np.float32)),
+    "named struct with a scalar": (
+        collections.OrderedDict(rows=np.ones((1, 3), np.float32), step=np.int64(7)),
+        tff.StructType([("rows", ROWS), ("step", tff.TensorType(np.int64))])),
+    "unnamed struct of federated values": (
+        (np.ones((2, 3), np.float32), [np.arange(2, dtype=np.int32)] * 2),
+        tff.StructType([tff.FederatedType(ROWS, tff.SERVER),
+                        tff.FederatedType(tff.TensorType(np.int32, [None]), tff.CLIENTS)])),
+    "datasets of clients": (
+        [_dataset(0), _dataset(10)],
+        tff.FederatedType(tff.SequenceType((tff.TensorType(np.int32, [None, 2]),
+                                            tff.TensorType(np.float32, [None]))),
+                          tff.CLIENTS)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_request_parses_to_the_one_tff_writes(case):
+  value, type_spec = CASES[case]
+  written, elements = _graphs_read(executor_pb2.CreateValueRequest.FromString(
+      value_bytes.create_value_request(EXECUTOR, value, type_spec)))
+  expected, expected_elements = _graphs_read(_tff_request(value, type_spec))
+  assert written == expected
+  assert len(elements) == len(expected_elements) == (2 if "datasets" in case else 0)
+  for got, want in zip(elements, expected_elements):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+      np.testing.assert_array_equal(g, w)
+
+
+def test_the_request_holds_an_array_as_its_bytes():
+  """The data goes into the request as it is, with headers of a few dozen
+  bytes around it."""
+  rows = np.random.default_rng(0).random((1000, 3), dtype=np.float32)
+  written = value_bytes.create_value_request(EXECUTOR, rows, ROWS)
+  assert rows.tobytes() in written and len(written) - rows.nbytes < 64
+
+
+def test_a_value_the_type_does_not_take_fails_as_in_tff():
+  with pytest.raises(TypeError, match="dtype"):
+    value_bytes.create_value_request(EXECUTOR, np.ones((2, 3)), ROWS)  # float64.
+  with pytest.raises(TypeError, match="shape"):
+    value_bytes.create_value_request(EXECUTOR, np.ones((2, 4), np.float32), ROWS)
+
+
+ROWS_AT_SERVER = tff.FederatedType(ROWS, tff.SERVER)
+PICKS = tff.FederatedType(tff.TensorType(np.int32, [None]), tff.CLIENTS)
+
+
+@tff.tensorflow.computation(ROWS, PICKS.member)
+def _picked_sum(rows, picks):
+  return tf.reduce_sum(tf.gather(rows, picks), axis=0)
+
+
+@tff.federated_computation(ROWS_AT_SERVER, PICKS)
+def _picked(rows, picks):
+  return tff.federated_map(_picked_sum, (tff.federated_broadcast(rows), picks))
+
+
+def test_the_worker_computes_on_values_sent_as_bytes(tff_context, monkeypatch):
+  sent = []
+  create_value_bytes = value_bytes.BytesStub.create_value_bytes
+
+  def counted(self, request):
+    sent.append(len(request))
+    return create_value_bytes(self, request)
+
+  monkeypatch.setattr(value_bytes.BytesStub, "create_value_bytes", counted)
+  rows = np.arange(15, dtype=np.float32).reshape(5, 3)
+  picks = [np.array([0, 4], np.int32), np.array([2, 2, 1], np.int32)]
+  held = worker_values.created(None, rows, ROWS_AT_SERVER, clients=2)
+  result = worker_values.invoke(None, _picked, held, picks)
+  np.testing.assert_array_equal(np.stack(result), [rows[p].sum(axis=0) for p in picks])
+  assert sent and sent[0] >= rows.nbytes  # The rows went as bytes.
