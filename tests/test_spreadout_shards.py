@@ -105,6 +105,18 @@ def test_a_shard_another_index_configured_since_refuses_the_first():
   assert ids.ravel().tolist() == [0, 1, 2, 3] and np.allclose(scores, 1)
 
 
+def test_a_shard_normalizes_the_rows_it_is_given():
+  """The driver sends the table's rows as they are; the shard's lists hold
+  them as unit rows (inner products of unit queries are cosines)."""
+  shard = class_neighbours.ListShard()
+  (generation,) = shard.configure(np.eye(4, dtype=np.float32), np.int64(4))
+  shard.reset(generation, np.arange(4), np.diag([5.0, 3.0, 0.5, 7.0]).astype(np.float32))
+  shard.place(generation, np.array([1]), np.array([[0.0, 9.0, 0.0, 0.0]], np.float32))
+  scores, ids = shard.search(generation, np.eye(4, dtype=np.float32), np.int64(1))
+  assert ids.ravel().tolist() == [0, 1, 2, 3]
+  np.testing.assert_array_equal(scores.ravel(), [1, 1, 1, 1])
+
+
 def test_a_shard_whose_process_stops_or_dies_is_named_within_two_heartbeats():
   queries = np.eye(4, dtype=np.float32)
   with array_service.LocalServers("scripts.spreadout_shard", 1,

@@ -112,18 +112,19 @@ class ListShard:
     return (np.int64(self._generation),)
 
   def reset(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple:
-    """The lists hold `rows` (unit rows) of `ids` alone."""
+    """The lists hold the table's `rows` of `ids` alone."""
     self._check(generation)
     self._index.reset()
     return self.place(generation, ids, rows)
 
   def place(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple:
-    """The rows of `ids` (unique) are now `rows`: each moves to its list."""
+    """The table's rows of `ids` (unique) are now `rows`: each, normalized
+    here (on the shard's machine, not the driver's), moves to its list."""
     import faiss  # pylint: disable=g-import-not-at-top
     self._check(generation)
     ids = np.asarray(ids, np.int64)
     self._index.remove_ids(faiss.IDSelectorArray(ids))
-    self._index.add_with_ids(np.asarray(rows, np.float32), ids)
+    self._index.add_with_ids(_normalized(rows), ids)
     return ()
 
   def search(self, generation: np.ndarray, queries: np.ndarray, count: np.ndarray
@@ -170,7 +171,8 @@ class ApproximateNeighbours:
 
   def _place(self, table: np.ndarray, ids: np.ndarray, method: str) -> List[Callable]:
     """`method` (reset, place) of each shard with its share of `ids`, their
-    rows read now: calls for `array_service.call_each`."""
+    rows read now (the shard normalizes them): calls for
+    `array_service.call_each`."""
     owner = ids % len(self._shards)
     parts = [ids[owner == s] for s in range(len(self._shards))]
     return [functools.partial(getattr(shard, method), generation, part,
