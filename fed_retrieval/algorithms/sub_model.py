@@ -420,6 +420,12 @@ class SubModelProcess:
         max(len(contexts), 1), self._round.worker_bag_type)
             if spec.sharded and self._bagged else None)
 
+    if bags is not None:  # Each worker's bag made in turn, before its calls run
+      # (call i on worker i mod N, as `_in_waves` runs it): three threads making
+      # theirs at once took 0.38 CPU s a round, in turn 0.07.
+      for i in range(len(calls)):
+        bags.of_call(i, contexts[i % len(contexts)] if contexts else None)
+
     def run(context, i):
       start, end = calls[i]
       return self._call(context, state, dense, keys[start:end], sent[i][0],
