@@ -68,7 +68,7 @@ one worker, the index on 3 shards; side by side, two sittings); the worker's
 CPU did not move beyond the sittings' spread: it parses a call's data in
 each computation that reads it, held or sent. The values go to the workers
 as the bytes of their requests, each array copied once (`value_bytes`): the
-driver's CPU a round 2.1-2.2 -> 1.5-1.8 s on one worker, 3.2-4.3 -> 2.4-2.5 s
+driver's CPU a round 2.1-2.2 -> 1.8 s on one worker, 3.2-4.3 -> 2.4-2.5 s
 on three (two sittings side by side, the same weights to the bit).
 
 Why the server's side runs in Python and not in TFF (measured here, TFF 0.87):
