@@ -53,6 +53,30 @@ def test_a_workers_bag_rows_go_once_and_each_client_reads_its_own():
   np.testing.assert_array_equal(answer[4], shard_keys[0][3])
 
 
+class _Context:
+  """A context that cannot hold values, named to see where a bag was made."""
+
+  def __init__(self, name):
+    self.name = name
+
+
+def test_every_workers_bag_is_made_at_once_in_the_context_its_calls_run_in(monkeypatch):
+  made = []
+  monkeypatch.setattr(sub_model_answers.worker_values, "created",
+                      lambda context, value, type_spec, clients: made.append(
+                          (context.name, clients)) or value)
+  bag = np.arange(20, dtype=np.float32).reshape(10, 2)
+  calls = [(0, 1), (1, 2), (2, 3), (3, 5)]  # The last call has two TFF clients.
+  bags = sub_model_answers.RoundBags(bag, [np.array([i]) for i in range(5)], calls, 2,
+                                     None)
+  bags.make_all([_Context("first"), _Context("second")])
+  # Worker 0: calls 0 and 2 (one client each); worker 1: call 1, and call 3 of
+  # another client count, so a bag of its own.
+  assert made == [("first", 1), ("second", 1), ("second", 2)]
+  bags.of_call(3, None)
+  assert len(made) == 3  # Already made: not again.
+
+
 @pytest.mark.parametrize("sizes,most,calls", [
     ([1] * 5, 2, [(0, 2), (2, 4), (4, 5)]),
     ([3, 4, 1, 2], 5, [(0, 1), (1, 3), (3, 4)]),
