@@ -14,7 +14,7 @@ a dataset, or a federated value or struct of them (scalars, strings,
 computations, Python lists) is TFF's own serialization of it, as one part.
 
 `BytesStub` is TFF's gRPC stub with a `create_value_bytes` that sends such a
-request; `computation_cache`'s executor uses it when its stub has one.
+request; `computation_cache`'s executor uses it when its stub is one.
 """
 
 from typing import Any, List, Union
