@@ -127,6 +127,32 @@ def test_the_approximate_spreadout_step_equals_the_exact_when_every_list_is_scan
   assert not np.allclose(ours, table)
 
 
+@pytest.mark.parametrize("num_queries,shards,ranges", [
+    (3, 3, [(0, 3)]), (10, 3, [(0, 4), (4, 10)]), (8, 3, [(0, 4), (4, 8)]),
+    (11, 3, [(0, 4), (4, 11)]),
+    (40, 3, [(0, 16), (16, 28), (28, 40)]), (0, 2, [(0, 0)])])
+def test_assignment_ranges_start_at_blocks_and_keep_a_short_tail(num_queries, shards,
+                                                                 ranges):
+  assert class_neighbours.assignment_ranges(num_queries, shards, 4) == ranges
+
+
+def test_queries_assigned_in_ranges_score_the_centroids_as_all_at_once():
+  """faiss's centroid scores of each range, bit for bit those of one search of
+  all the queries (misaligned ranges change some in their last bits)."""
+  rng = np.random.default_rng(5)
+  centroids = class_neighbours._normalized(rng.standard_normal((700, 64)))  # pylint: disable=protected-access
+  queries = class_neighbours._normalized(rng.standard_normal((10_000, 64)))  # pylint: disable=protected-access
+  flat = faiss.IndexFlatIP(64)
+  flat.add(centroids)
+  scores, lists = flat.search(queries, 16)
+  ranges = class_neighbours.assignment_ranges(
+      len(queries), 3, faiss.cvar.distance_compute_blas_query_bs)
+  assert len(ranges) == 2  # 4,096 and the rest.
+  parts = [flat.search(queries[start:end], 16) for start, end in ranges]
+  np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), scores)
+  np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), lists)
+
+
 def test_an_unknown_search_is_refused_by_name():
   with pytest.raises(ValueError, match="--spreadout_search must be one of"):
     fedaws.FedAwSConfig(spreadout_search="fast")

@@ -74,6 +74,8 @@ def test_text_is_refused_as_data_and_the_caller_told():
 
 
 def test_shards_in_other_processes_find_the_one_indexs_neighbours_round_by_round():
+  """13,000 queries a round: faiss's three blocks of them (4,096 and the
+  rest), each shard assigning one block its lists, and 300 (one shard)."""
   rng = np.random.default_rng(3)
   table = clustered_table(30_000, 16, 150, 0.3, seed=3)
   here = class_neighbours.ApproximateNeighbours(table, seed=0)
@@ -82,11 +84,12 @@ def test_shards_in_other_processes_find_the_one_indexs_neighbours_round_by_round
     shards = [class_neighbours.RemoteShard(a) for a in servers.addresses]
     spread = class_neighbours.ApproximateNeighbours(table, seed=0, shards=shards)
     before = None
-    for _ in range(3):  # The first round places every row; the others move some.
-      changed = rng.choice(len(table), 800, replace=False).astype(np.int32)
+    # The first round places every row; the others move some.
+    for queried in (13_000, 300, 13_000):
+      changed = rng.choice(len(table), 13_000, replace=False).astype(np.int32)
       after = table.copy()
-      after[changed] += rng.standard_normal((800, 16)).astype(np.float32)
-      queries = changed[:300]
+      after[changed] += rng.standard_normal((13_000, 16)).astype(np.float32)
+      queries = changed[:queried]
       np.testing.assert_array_equal(spread.nearest(before, after, changed, queries, 10),
                                     here.nearest(before, after, changed, queries, 10))
       before = table = after
@@ -99,9 +102,9 @@ def test_a_shard_another_index_configured_since_refuses_the_first():
   shard.reset(first, np.arange(4), centroids)
   (second,) = shard.configure(centroids, np.int64(2))
   with pytest.raises(RuntimeError, match="another index configured this shard since"):
-    shard.search(first, centroids, np.int64(1))
+    shard.assign(first, centroids)
   shard.reset(second, np.arange(4), centroids)
-  scores, ids = shard.search(second, centroids, np.int64(1))
+  scores, ids = shard.search(second, centroids, np.int64(1), *shard.assign(second, centroids))
   assert ids.ravel().tolist() == [0, 1, 2, 3] and np.allclose(scores, 1)
 
 
@@ -112,7 +115,9 @@ def test_a_shard_normalizes_the_rows_it_is_given():
   (generation,) = shard.configure(np.eye(4, dtype=np.float32), np.int64(4))
   shard.reset(generation, np.arange(4), np.diag([5.0, 3.0, 0.5, 7.0]).astype(np.float32))
   shard.place(generation, np.array([1]), np.array([[0.0, 9.0, 0.0, 0.0]], np.float32))
-  scores, ids = shard.search(generation, np.eye(4, dtype=np.float32), np.int64(1))
+  queries = np.eye(4, dtype=np.float32)
+  scores, ids = shard.search(generation, queries, np.int64(1),
+                             *shard.assign(generation, queries))
   assert ids.ravel().tolist() == [0, 1, 2, 3]
   np.testing.assert_array_equal(scores.ravel(), [1, 1, 1, 1])
 
@@ -128,7 +133,7 @@ def test_a_shard_whose_process_stops_or_dies_is_named_within_two_heartbeats():
     stopped_at = time.monotonic()
     try:
       with pytest.raises(array_service.ServiceLost) as lost:
-        shard.search(generation, queries, np.int64(1))
+        shard.assign(generation, queries)
       assert time.monotonic() - stopped_at < 2 * 1.0 + 1
     finally:
       os.kill(process.pid, signal.SIGCONT)
@@ -138,7 +143,7 @@ def test_a_shard_whose_process_stops_or_dies_is_named_within_two_heartbeats():
     process.kill()
     process.wait()
     with pytest.raises(array_service.ServiceLost, match=f"shard at {address} stopped"):
-      shard.search(generation, queries, np.int64(1))
+      shard.assign(generation, queries)
 
 
 QUICK_FEDAWS = ["--task=xc", "--synthetic_xc=xc_tiny", "--algorithm=fedaws",
