@@ -210,7 +210,7 @@ class ApproximateNeighbours:
     """[n, nprobe]: the lists each query scans, the queries split among the
     shards (`assignment_ranges`): scoring them against the centroids is done
     once, not by every shard (at Amazon-670K's shape, 39,000 queries took a
-    shard of three 1.1 CPU s to assign and 3.0 to scan its lists)."""
+    shard of three 1.1 CPU s to assign and 3.0 to scan its lists; one-off)."""
     import faiss  # pylint: disable=g-import-not-at-top
     ranges = assignment_ranges(len(queries), len(self._shards),
                                faiss.cvar.distance_compute_blas_query_bs)
