@@ -74,8 +74,8 @@ def test_text_is_refused_as_data_and_the_caller_told():
 
 
 def test_shards_in_other_processes_find_the_one_indexs_neighbours_round_by_round():
-  """13,000 queries a round: faiss's three blocks of them (4,096 and the
-  rest), each shard assigning one block its lists, and 300 (one shard)."""
+  """13,000 queries a round, faiss's three blocks of them (4,096, 4,096 and
+  the rest; each shard finds one block's lists), or 300 (one shard does)."""
   rng = np.random.default_rng(3)
   table = clustered_table(30_000, 16, 150, 0.3, seed=3)
   here = class_neighbours.ApproximateNeighbours(table, seed=0)

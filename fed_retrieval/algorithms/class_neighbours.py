@@ -130,8 +130,9 @@ class ListShard:
     return ()
 
   def assign(self, generation: np.ndarray, queries: np.ndarray) -> tuple:
-    """([n, nprobe] int32): the lists each unit query scans, nearest first
-    (its centroids' inner products; every shard holds the same centroids)."""
+    """([n, nprobe] int32): the lists each unit query scans, those of the
+    centroids with the largest inner products first (every shard of an
+    index holds the same centroids, so any one assigns for all)."""
     self._check(generation)
     _, lists = self._quantizer.search(np.asarray(queries, np.float32), self._index.nprobe)
     return (lists.astype(np.int32),)
