@@ -11,16 +11,15 @@ rows, d(w, w') = ||w/|w| - w'/|w'|||, as the model scores with cosines.
   extraction of the paper lost the sign; the minus is the reading under which
   minimizing pushes each class away from its k most confusable classes (the
   paper's "adaptive nu": only classes closer than the (k+1)-th count).
-  N_k(c) is found with a chunked exact search (`scoring.chunked_top_k`), or
-  given (an approximate search on large tables), and held fixed while
-  differentiating.
+  N_k(c) is held fixed while differentiating.
 
 `spreadout_step` returns W - learning_rate * grad reg(W) (the paper's Step 14,
-with learning_rate = lambda * eta). Only the rows of C' and of their
-neighbours (topk) or all rows (all) move.
+with learning_rate = lambda * eta), N_k(c) found by a chunked exact search
+(`scoring.chunked_top_k`), the gradient by autodiff. Only the rows of C' and
+of their neighbours (topk) or all rows (all) move. `topk_step` is the topk
+step on given neighbours (an approximate search on large tables,
+`class_neighbours`), on the rows that move only, its gradient in closed form.
 """
-
-from typing import Optional
 
 import tensorflow as tf
 
@@ -54,6 +53,34 @@ def topk_regularizer(rows: tf.Tensor, neighbour_rows: tf.Tensor) -> tf.Tensor:
 
 
 @tf.autograph.experimental.do_not_convert
+def topk_step(rows: tf.Tensor, class_ids: tf.Tensor, neighbours: tf.Tensor,
+              learning_rate: float) -> tf.Tensor:
+  """`spreadout_step`'s topk step on the rows it moves only: `rows` [R, D]
+  (the updated classes' and their neighbours'), `class_ids` [n] and
+  `neighbours` [n, k] positions among them. The regularizer's gradient in
+  closed form: with u = w / |w|, d(u_c . u_y) / dw_c = (u_y - (u_c . u_y)
+  u_c) / |w_c|, so each row's gradient is 2 (I - u u^T) / |w| times the sum
+  of the unit rows it is paired with (its neighbours' if it is updated, the
+  classes' it is a neighbour of), two sparse products. The same step as
+  autodiff's to rounding (tested) without its [n, k, D] tensors: at
+  Amazon-670K's shape (39,000 updated classes, k = 10, 310,735 rows moved)
+  0.19 CPU s against 0.35 (one-off, 2 cores)."""
+  inverse = tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(rows), 1, keepdims=True),
+                                     1e-12))  # As `scoring.l2_normalize`.
+  unit = rows * inverse
+  n, k = (tf.shape(neighbours, out_type=tf.int64)[i] for i in (0, 1))
+  pairs = tf.sparse.SparseTensor(  # [n, R]: class i with each of its neighbours.
+      tf.stack([tf.repeat(tf.range(n), k), tf.cast(tf.reshape(neighbours, [-1]), tf.int64)],
+               1), tf.ones([n * k]), tf.stack([n, tf.shape(rows, out_type=tf.int64)[0]]))
+  class_ids = tf.cast(class_ids, tf.int32)
+  unit_grad = 2.0 * tf.tensor_scatter_nd_add(
+      tf.sparse.sparse_dense_matmul(pairs, tf.gather(unit, class_ids), adjoint_a=True),
+      class_ids[:, None], tf.sparse.sparse_dense_matmul(pairs, unit))
+  grad = (unit_grad - tf.reduce_sum(unit_grad * unit, 1, keepdims=True) * unit) * inverse
+  return rows - learning_rate * grad
+
+
+@tf.autograph.experimental.do_not_convert
 def all_pairs_regularizer(rows: tf.Tensor, row_ids: tf.Tensor, table: tf.Tensor,
                           margin: float) -> tf.Tensor:
   """sum over rows [n, D] and every other class of max(0, margin - d)^2."""
@@ -71,20 +98,17 @@ def all_pairs_regularizer(rows: tf.Tensor, row_ids: tf.Tensor, table: tf.Tensor,
 @tf.autograph.experimental.do_not_convert
 def spreadout_step(table: tf.Tensor, class_ids: tf.Tensor, learning_rate: float,
                    mode: str = "topk", k: int = 10, margin: float = 1.0,
-                   max_scores_in_memory: int = 2 ** 25,
-                   neighbours: Optional[tf.Tensor] = None) -> tf.Tensor:
-  """W - learning_rate * grad reg(W), for the updated classes `class_ids` [n].
-  `neighbours` [n, k] (topk): N_k found elsewhere (an approximate search,
-  `class_neighbours`); None: the exact search here."""
+                   max_scores_in_memory: int = 2 ** 25) -> tf.Tensor:
+  """W - learning_rate * grad reg(W), for the updated classes `class_ids` [n]."""
   if mode not in SPREADOUT_MODES:
     raise ValueError(f"--spreadout must be one of {', '.join(SPREADOUT_MODES)}, got "
                      f"'{mode}'")
   table = tf.convert_to_tensor(table)
   class_ids = tf.cast(class_ids, tf.int32)
   if mode == "topk":
-    if neighbours is None:  # With fewer than k other classes: all of them.
-      neighbours = nearest_classes(table, class_ids, min(k, table.shape[0] - 1),
-                                   max_scores_in_memory)
+    # With fewer than k other classes: all of them.
+    neighbours = nearest_classes(table, class_ids, min(k, table.shape[0] - 1),
+                                 max_scores_in_memory)
     rows, neighbour_rows = tf.gather(table, class_ids), tf.gather(table, neighbours)
     with tf.GradientTape() as tape:
       tape.watch([rows, neighbour_rows])

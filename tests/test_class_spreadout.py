@@ -33,6 +33,40 @@ def test_topk_step_matches_numpy(table):
   np.testing.assert_allclose(new.numpy(), numpy_topk_step(table, ids, 3, 0.1), atol=1e-6)
 
 
+def test_topk_step_on_given_neighbours_matches_numpy(table):
+  """On the rows it moves, with the exact neighbours given, the closed-form
+  step is the autodiff one's (`numpy_topk_step`'s)."""
+  ids = np.array([0, 7, 8])
+  u = unit(table)
+  cos = u[ids] @ u.T
+  cos[np.arange(3), ids] = -np.inf
+  neighbours = np.argsort(-cos, axis=1, kind="stable")[:, :3]
+  rows = np.unique(np.concatenate([ids, neighbours.ravel()]))
+  position = {r: i for i, r in enumerate(rows)}
+  new = class_spreadout.topk_step(
+      tf.constant(table[rows], tf.float32), np.array([position[c] for c in ids]),
+      np.vectorize(position.get)(neighbours), 0.1)
+  np.testing.assert_allclose(new.numpy(), numpy_topk_step(table, ids, 3, 0.1)[rows],
+                             atol=1e-6)
+
+
+def test_topk_step_is_a_gradient_step_on_the_regularizer():
+  """Any neighbours (a row both updated and a neighbour, a class padded with
+  itself): rows - lr * the tape's gradient of `topk_regularizer`."""
+  rng = np.random.default_rng(1)
+  rows = tf.constant(rng.normal(size=(40, 6)), tf.float32)
+  ids = np.sort(rng.choice(40, 12, replace=False)).astype(np.int32)
+  neighbours = rng.integers(0, 40, (12, 4)).astype(np.int32)
+  neighbours[0, 3], neighbours[5, 0], neighbours[6, 1] = ids[0], ids[5], ids[2]
+  with tf.GradientTape() as tape:
+    tape.watch(rows)
+    value = class_spreadout.topk_regularizer(tf.gather(rows, ids), tf.gather(rows, neighbours))
+  expected = rows - 0.2 * tf.convert_to_tensor(tape.gradient(value, rows))
+  new = class_spreadout.topk_step(rows, ids, neighbours, 0.2)
+  np.testing.assert_allclose(new.numpy(), expected.numpy(), atol=1e-6)
+  assert np.abs(new.numpy() - rows.numpy()).max() > 0.01
+
+
 def test_all_pairs_step_matches_numpy(table):
   ids = np.array([2, 5])
   new = class_spreadout.spreadout_step(tf.constant(table), ids, 0.05, "all", margin=1.2)

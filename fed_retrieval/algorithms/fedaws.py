@@ -195,8 +195,8 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
   k = min(config.spreadout_k, num_rows - 1)
   index = class_neighbours.ApproximateNeighbours(
       initial_table, seed, shards=class_neighbours.remote_shards())
-  given = tf.function(lambda rows, updated, neighbours: class_spreadout.spreadout_step(
-      rows, updated, rate, "topk", k, neighbours=neighbours), input_signature=[
+  given = tf.function(lambda rows, updated, neighbours: class_spreadout.topk_step(
+      rows, updated, neighbours, rate), input_signature=[
           tf.TensorSpec([None, dim], tf.float32), tf.TensorSpec([None], tf.int32),
           tf.TensorSpec([None, k], tf.int32)])
 
