@@ -104,28 +104,32 @@ def test_a_shard_another_index_configured_since_refuses_the_first():
   with pytest.raises(RuntimeError, match="another index configured this shard since"):
     shard.assign(first, centroids)
   shard.reset(second, np.arange(4), centroids)
-  scores, ids = shard.search(second, centroids, np.int64(1), *shard.assign(second, centroids))
+  scores, ids, _ = shard.search(second, centroids, np.int64(1),
+                                *shard.assign(second, centroids))
   assert ids.ravel().tolist() == [0, 1, 2, 3] and np.allclose(scores, 1)
 
 
 def test_a_shard_normalizes_the_rows_it_is_given():
   """The driver sends the table's rows as they are; the shard's lists hold
-  them as unit rows (inner products of unit queries are cosines)."""
+  them as unit rows (inner products of unit queries are cosines), and it
+  scores its best by their cosines too."""
   shard = class_neighbours.ListShard()
   (generation,) = shard.configure(np.eye(4, dtype=np.float32), np.int64(4))
   shard.reset(generation, np.arange(4), np.diag([5.0, 3.0, 0.5, 7.0]).astype(np.float32))
   shard.place(generation, np.array([1]), np.array([[0.0, 9.0, 0.0, 0.0]], np.float32))
   queries = np.eye(4, dtype=np.float32)
-  scores, ids = shard.search(generation, queries, np.int64(1),
-                             *shard.assign(generation, queries))
+  scores, ids, cosines = shard.search(generation, queries, np.int64(1),
+                                      *shard.assign(generation, queries))
   assert ids.ravel().tolist() == [0, 1, 2, 3]
   np.testing.assert_array_equal(scores.ravel(), [1, 1, 1, 1])
+  np.testing.assert_array_equal(cosines.ravel(), [1, 1, 1, 1])
 
 
 def test_a_shard_searching_the_lists_it_is_given_finds_what_its_own_search_does():
   """`assign` then `search` (the lists found once for every shard) against
   faiss's search of the same index, which finds the lists itself: the same
-  rows and scores, with 8 of 64 lists scanned."""
+  rows and scores, with 8 of 64 lists scanned; the rows' cosines are the
+  float32 table's."""
   table = clustered_table(5_000, 16, 40, 0.3, seed=1)
   shard = class_neighbours.ListShard()
   centroids = table[::78][:64] / np.linalg.norm(table[::78][:64], axis=1, keepdims=True)
@@ -138,6 +142,11 @@ def test_a_shard_searching_the_lists_it_is_given_finds_what_its_own_search_does(
   np.testing.assert_array_equal(given[1], own[1])
   np.testing.assert_array_equal(given[0], own[0])
   assert np.mean(given[1] >= 0) > 0.99  # Lists of rows, not empty slots.
+  rows = table[np.maximum(given[1], 0)]
+  expected = np.einsum("nd,nmd->nm", queries, rows) / np.linalg.norm(rows, axis=2)
+  filled = given[1] >= 0
+  np.testing.assert_allclose(given[2][filled], expected[filled], rtol=1e-5)
+  assert np.abs(given[2] - given[0])[filled].max() > 1e-5  # Not the float16 scores.
 
 
 def test_a_shard_whose_process_stops_or_dies_is_named_within_two_heartbeats():

@@ -15,13 +15,13 @@ product on L2-normalized rows, stored in float16) across rounds instead:
   table, so a round's search grows as sqrt(C), not C;
 - the scan reads float16 rows, half the bytes of float32 (the scan is bound
   by memory: 1,000 queries at 670k classes took 0.24 s instead of 0.33),
-  and its `RERANK` x (k + 1) best are re-ranked on the float32 rows, so the
-  order is the exact cosines' (scanning every list finds the exact top-k);
+  and its `RERANK` x (k + 1) best are re-ranked by their float32 cosines, so
+  the order is the exact cosines' (scanning every list finds the exact top-k);
 - the lists may live in `ListShard`s on other machines (`RemoteShard`,
   `use_remote_shards`), each holding the rows i mod their number: each
   finds the lists of a share of the queries (`assign`), then each scans
-  its rows in every query's lists and moves its rows, and the server merges
-  their best.
+  its rows in every query's lists, and scores its best on the float32 rows
+  it keeps, and moves its rows; the server merges their best.
 The index is therefore a function of the current table alone: a run resumed
 from a checkpoint rebuilds it (one pass over the table) and finds the
 neighbours the uninterrupted run found. Its recall@k against the exact search
@@ -89,6 +89,11 @@ class ListShard:
   def __init__(self):
     self._index = None
     self._generation = 0
+    # The float32 rows the lists hold, for `search`'s cosines: row id i is
+    # `_rows[_slot_of[i]]` (-1: not held).
+    self._slot_of = np.zeros(0, np.int64)
+    self._rows = np.zeros((0, 0), np.float32)
+    self._held = 0
 
   def _check(self, generation: np.ndarray) -> None:
     if int(generation) != self._generation:
@@ -111,23 +116,46 @@ class ListShard:
     index.nprobe = int(nprobe)
     self._index, self._quantizer = index, quantizer  # The index does not own it.
     self._generation += 1
+    self._forget(dim)
     return (np.int64(self._generation),)
+
+  def _forget(self, dim: int) -> None:
+    self._slot_of = np.zeros(0, np.int64)
+    self._rows, self._held = np.zeros((0, dim), np.float32), 0
 
   def reset(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple:
     """The lists hold the table's `rows` of `ids` alone."""
     self._check(generation)
     self._index.reset()
+    self._forget(self._index.d)
     return self.place(generation, ids, rows)
 
   def place(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple:
     """The table's rows of `ids` (unique) are now `rows`: each, normalized
-    here (on the shard's machine, not the driver's), moves to its list."""
+    here (on the shard's machine, not the driver's), moves to its list, and
+    is kept as it is for `search`'s cosines."""
     import faiss  # pylint: disable=g-import-not-at-top
     self._check(generation)
-    ids = np.asarray(ids, np.int64)
+    ids, rows = np.asarray(ids, np.int64), np.asarray(rows, np.float32)
     self._index.remove_ids(faiss.IDSelectorArray(ids))
     self._index.add_with_ids(_normalized(rows), ids)
+    self._keep(ids, rows)
     return ()
+
+  def _keep(self, ids: np.ndarray, rows: np.ndarray) -> None:
+    """`rows` kept as the float32 rows of `ids`, a slot each, new ids' added."""
+    if len(ids) and ids.max() >= len(self._slot_of):
+      grown = np.full(max(int(ids.max()) + 1, 2 * len(self._slot_of)), -1, np.int64)
+      grown[:len(self._slot_of)] = self._slot_of
+      self._slot_of = grown
+    new = ids[self._slot_of[ids] < 0]
+    self._slot_of[new] = np.arange(self._held, self._held + len(new))
+    self._held += len(new)
+    if self._held > len(self._rows):
+      grown = np.empty((max(self._held, 2 * len(self._rows)), rows.shape[1]), np.float32)
+      grown[:len(self._rows)] = self._rows
+      self._rows = grown
+    self._rows[self._slot_of[ids]] = rows
 
   def assign(self, generation: np.ndarray, queries: np.ndarray) -> tuple:
     """([n, nprobe] int32): the lists each unit query scans, those of the
@@ -139,15 +167,19 @@ class ListShard:
 
   def search(self, generation: np.ndarray, queries: np.ndarray, count: np.ndarray,
              lists: np.ndarray) -> tuple:
-    """(inner products, ids) [n, count] of each unit query's `count` best
-    rows among the lists it scans, `lists` (`assign`'s, from any shard of
-    the index); an empty slot's id is -1."""
+    """(inner products of the float16 rows, ids, float32 cosines) [n, count]
+    of each unit query's `count` best rows among the lists it scans, `lists`
+    (`assign`'s, from any shard of the index); an empty slot's id is -1
+    (its cosine meaningless)."""
     self._check(generation)
-    lists = np.asarray(lists, np.int64)
+    queries, lists = np.asarray(queries, np.float32), np.asarray(lists, np.int64)
     # The centroids' inner products are not read: rows are stored as they
     # are, not as residuals to their centroid.
-    return tuple(self._index.search_preassigned(
-        np.asarray(queries, np.float32), int(count), lists, np.zeros(lists.shape, np.float32)))
+    scores, ids = self._index.search_preassigned(
+        queries, int(count), lists, np.zeros(lists.shape, np.float32))
+    if not self._held:  # No rows: every slot empty.
+      return scores, ids, np.zeros(ids.shape, np.float32)
+    return scores, ids, _cosines(self._rows, self._slot_of, queries, ids)
 
 
 SERVED = ("configure", "reset", "place", "assign", "search")  # Served methods.
@@ -199,12 +231,11 @@ class ApproximateNeighbours:
 
   def _place(self, table: np.ndarray, ids: np.ndarray, method: str) -> List[Callable]:
     """`method` (reset, place) of each shard with its share of `ids`, their
-    rows read now (the shard normalizes them): calls for
+    rows read now (as they are: the shard normalizes them): calls for
     `array_service.call_each`."""
     owner = ids % len(self._shards)
     parts = [ids[owner == s] for s in range(len(self._shards))]
-    return [functools.partial(getattr(shard, method), generation, part,
-                              _normalized(table[part]))
+    return [functools.partial(getattr(shard, method), generation, part, table[part])
             for shard, generation, part in zip(self._shards, self._generations, parts)]
 
   def _assigned(self, queries: np.ndarray) -> np.ndarray:
@@ -251,11 +282,14 @@ class ApproximateNeighbours:
     found = array_service.call_each([
         functools.partial(s.search, generation, queries, np.int64(count), lists)
         for s, generation in zip(self._shards, self._generations)])
-    scores, candidates = (np.concatenate(part, axis=1) for part in zip(*found))
+    scores, candidates, cosines = (np.concatenate(part, axis=1) for part in zip(*found))
     if len(found) > 1:  # The shards' best, merged: the `count` best of all.
       best = np.argsort(-scores, axis=1, kind="stable")[:, :count]
-      candidates = np.take_along_axis(candidates, best, 1)
-    return _without_self(_reranked(table, queries, candidates), class_ids, k)
+      candidates, cosines = (np.take_along_axis(a, best, 1) for a in (candidates, cosines))
+    # Re-ranked by their float32 cosines, empty slots last.
+    cosines[candidates < 0] = -np.inf
+    reranked = np.take_along_axis(candidates, np.argsort(-cosines, axis=1, kind="stable"), 1)
+    return _without_self(reranked, class_ids, k)
 
 
 class RemoteShard:
@@ -284,21 +318,22 @@ def remote_shards() -> List[RemoteShard]:
   return [RemoteShard(address) for address in _remote_addresses]
 
 
-def _reranked(table: np.ndarray, queries: np.ndarray, candidates: np.ndarray
-              ) -> np.ndarray:
-  """`candidates` [n, m] (-1: an empty slot) ordered by their float32 cosine
-  to `queries` [n, D] (unit rows), empty slots last. The candidates' rows are
-  read `RERANK_QUERIES` queries at a time: at 40,000 queries of 22 candidates
-  the rows at once are 225 MB of fresh pages (0.14-0.18 s; in parts 0.10 s,
-  the same cosines to the bit)."""
+def _cosines(rows: np.ndarray, slot_of: np.ndarray, queries: np.ndarray,
+             candidates: np.ndarray) -> np.ndarray:
+  """[n, m] float32 cosines of `queries` [n, D] (unit rows) to their
+  `candidates` [n, m] (ids; -1: an empty slot, scored as id 0), whose rows
+  are `rows[slot_of[id]]`. Each is computed alone of the others, so a shard
+  scores its candidates as one index scores them. The rows are read
+  `RERANK_QUERIES` queries at a time: at 40,000 queries of 22 candidates the
+  rows at once are 225 MB of fresh pages (0.14-0.18 s; in parts 0.10 s, the
+  same cosines to the bit)."""
   cosines = np.empty(candidates.shape, np.float32)
   for start in range(0, len(candidates), RERANK_QUERIES):
     part = slice(start, start + RERANK_QUERIES)
-    rows = table[np.maximum(candidates[part], 0)]
-    cosines[part] = np.einsum("nd,nmd->nm", queries[part], rows) / np.maximum(
-        np.sqrt(np.einsum("nmd,nmd->nm", rows, rows)), 1e-12)
-  cosines[candidates < 0] = -np.inf
-  return np.take_along_axis(candidates, np.argsort(-cosines, axis=1, kind="stable"), 1)
+    found = rows[slot_of[np.maximum(candidates[part], 0)]]
+    cosines[part] = np.einsum("nd,nmd->nm", queries[part], found) / np.maximum(
+        np.sqrt(np.einsum("nmd,nmd->nm", found, found)), 1e-12)
+  return cosines
 
 
 def recall_against_exact(found: np.ndarray, exact: np.ndarray) -> float:
