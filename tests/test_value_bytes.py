@@ -2,8 +2,12 @@
 and a worker computes on values sent that way."""
 
 import collections
+import time
+from unittest import mock
 
+import grpc
 import numpy as np
+import portpicker
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -124,3 +128,18 @@ def test_the_worker_computes_on_values_sent_as_bytes(tff_context, monkeypatch):
   result = worker_values.invoke(None, _picked, held, picks)
   np.testing.assert_array_equal(np.stack(result), [rows[p].sum(axis=0) for p in picks])
   assert sent and sent[0] >= rows.nbytes  # The rows went as bytes.
+
+
+def test_the_stub_never_subscribes_to_its_channels_state():
+  """A subscribed channel is polled by a gRPC thread for its life."""
+  channel = mock.MagicMock(spec=grpc.Channel)
+  value_bytes.BytesStub(channel)
+  assert channel.unary_unary.called and not channel.subscribe.called
+
+
+def test_a_stub_whose_port_nobody_serves_is_not_ready_after_a_moment():
+  channel = grpc.insecure_channel(f"localhost:{portpicker.pick_unused_port()}")
+  start = time.monotonic()
+  assert not value_bytes.BytesStub(channel).is_ready
+  assert time.monotonic() - start < 10 * value_bytes.READY_WAIT_SECONDS
+  channel.close()

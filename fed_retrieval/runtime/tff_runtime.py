@@ -271,7 +271,6 @@ class LocalWorker:
         self.stop()
         raise RuntimeError("TFF worker did not become ready in "
                            f"{_STARTUP_TIMEOUT_SECONDS:.0f} s")
-      time.sleep(0.1)
     threading.Thread(target=self._exit_if_it_dies, args=(self._process,),
                      name="tff-worker-watchdog", daemon=True).start()
     return stub

@@ -25,6 +25,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import array_pb2
 from tensorflow_federated.proto.v0 import executor_pb2
+from tensorflow_federated.proto.v0 import executor_pb2_grpc
 from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.impl.compiler import array
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
@@ -34,6 +35,7 @@ from tensorflow_federated.python.core.impl.types import dtype_utils
 from tensorflow_federated.python.core.impl.types import type_serialization
 
 Part = Union[bytes, memoryview]
+READY_WAIT_SECONDS = 0.1
 
 
 def _varint(number: int) -> bytes:
@@ -120,16 +122,35 @@ def create_value_request(executor: executor_pb2.ExecutorId, value: Any,
 
 class BytesStub(tff.framework.RemoteExecutorGrpcStub):
   """TFF's stub of a worker's executor service over `channel`, which also
-  sends a `CreateValue` request already serialized (`create_value_bytes`)."""
+  sends a `CreateValue` request already serialized (`create_value_bytes`).
 
-  def __init__(self, channel: grpc.Channel):
-    super().__init__(channel)
+  TFF's stub subscribes to the channel's state for the channel's life, and
+  gRPC polls a subscribed channel in a thread of its own five times a second:
+  0.1-0.15 CPU s of a 14 s round on three local workers (4,000 clients at
+  Amazon-670K's shape; one-off, by thread clocks). This stub asks whether the
+  channel is ready when it is asked (`is_ready`) and does not subscribe."""
+
+  def __init__(self, channel: grpc.Channel):  # pylint: disable=super-init-not-called
+    self._channel = channel
+    self._stub = executor_pb2_grpc.ExecutorGroupStub(channel)
     method = executor_pb2.DESCRIPTOR.services_by_name["ExecutorGroup"].methods_by_name[
         "CreateValue"]
     self._create_value_bytes = channel.unary_unary(
         f"/{method.containing_service.full_name}/{method.name}",
         request_serializer=None,
         response_deserializer=executor_pb2.CreateValueResponse.FromString)
+
+  @property
+  def is_ready(self) -> bool:
+    """Whether the channel is ready, or becomes so within `READY_WAIT_SECONDS`
+    (it is asked to connect)."""
+    ready = grpc.channel_ready_future(self._channel)
+    try:
+      ready.result(timeout=READY_WAIT_SECONDS)
+      return True
+    except grpc.FutureTimeoutError:
+      ready.cancel()  # Its subscription ends with it.
+      return False
 
   def create_value_bytes(self, request: bytes) -> executor_pb2.CreateValueResponse:
     """`create_value` of a serialized request, its errors as TFF raises them."""
