@@ -289,7 +289,7 @@ class BagSums:
     self._weights.extend(parts.weights)
 
   def mean(self) -> np.ndarray:
-    return (self._sums / max(float(np.sum(self._weights)), 1e-12)).astype(np.float32)
+    return self._sums / np.float32(max(float(np.sum(self._weights)), 1e-12))
 
 
 @dataclasses.dataclass
