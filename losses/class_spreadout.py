@@ -15,10 +15,11 @@ rows, d(w, w') = ||w/|w| - w'/|w'|||, as the model scores with cosines.
 
 `spreadout_step` returns W - learning_rate * grad reg(W) (the paper's Step 14,
 with learning_rate = lambda * eta), N_k(c) found by a chunked exact search
-(`scoring.chunked_top_k`), the gradient by autodiff. Only the rows of C' and
-of their neighbours (topk) or all rows (all) move. `topk_step` is the topk
-step on given neighbours (an approximate search on large tables,
-`class_neighbours`), on the rows that move only, its gradient in closed form.
+(`scoring.chunked_top_k`), the gradient by autodiff (the definition the
+closed form is tested against). Only the rows of C' and of their neighbours
+(topk) or all rows (all) move. `topk_step` is the topk step on given
+neighbours (an approximate search on large tables, `class_neighbours`), on
+the rows that move only, its gradient in closed form.
 """
 
 import tensorflow as tf
