@@ -125,6 +125,23 @@ def test_a_shard_normalizes_the_rows_it_is_given():
   np.testing.assert_array_equal(cosines.ravel(), [1, 1, 1, 1])
 
 
+def test_a_shard_scores_rows_placed_after_its_reset_by_their_latest_values():
+  """Rows placed later (new ids beyond the first, and moved ones) are scored
+  by the values last given, as the float32 cosines of those rows."""
+  shard = class_neighbours.ListShard()
+  (generation,) = shard.configure(np.eye(4, dtype=np.float32), np.int64(4))
+  shard.reset(generation, np.arange(2), np.eye(4, dtype=np.float32)[:2])
+  placed = {1: [0.0, 2.0, 2.0, 0.0], 7: [0.0, 0.0, 3.0, 4.0], 12: [5.0, 0.0, 0.0, 0.0]}
+  for ids in ([7], [12, 1]):  # New ids grow the shard's rows; 1 moves.
+    shard.place(generation, np.array(ids), np.array([placed[i] for i in ids], np.float32))
+  queries = np.array([[0.0, 0.0, 1.0, 0.0]], np.float32)
+  _, ids, cosines = shard.search(generation, queries, np.int64(4),
+                                 *shard.assign(generation, queries))
+  expected = {0: 0.0, 1: 2 / np.sqrt(8), 7: 0.6, 12: 0.0}
+  assert sorted(ids[0].tolist()) == [0, 1, 7, 12]
+  np.testing.assert_allclose(cosines[0], [expected[i] for i in ids[0]], atol=1e-6)
+
+
 def test_a_shard_searching_the_lists_it_is_given_finds_what_its_own_search_does():
   """`assign` then `search` (the lists found once for every shard) against
   faiss's search of the same index, which finds the lists itself: the same
