@@ -114,6 +114,11 @@ class ListShard:
     index.is_trained = True
     index.set_direct_map_type(faiss.DirectMap.Hashtable)
     index.nprobe = int(nprobe)
+    # Queries split among the threads inside `search_preassigned` (mode 0
+    # splits them in faiss's own `search`, which lists given bypass, so it ran
+    # on one thread): 1,000 queries at 670k rows 0.087 s against 0.168 on 2
+    # cores, the same CPU and the same ids and scores (one-off).
+    index.parallel_mode = 3
     self._index, self._quantizer = index, quantizer  # The index does not own it.
     self._generation += 1
     self._forget(dim)
