@@ -150,16 +150,12 @@ class ListShard:
   def _keep(self, ids: np.ndarray, rows: np.ndarray) -> None:
     """`rows` kept as the float32 rows of `ids`, a slot each, new ids' added."""
     if len(ids) and ids.max() >= len(self._slot_of):
-      grown = np.full(max(int(ids.max()) + 1, 2 * len(self._slot_of)), -1, np.int64)
-      grown[:len(self._slot_of)] = self._slot_of
-      self._slot_of = grown
+      self._slot_of = _grown(self._slot_of, int(ids.max()) + 1, -1)
     new = ids[self._slot_of[ids] < 0]
     self._slot_of[new] = np.arange(self._held, self._held + len(new))
     self._held += len(new)
     if self._held > len(self._rows):
-      grown = np.empty((max(self._held, 2 * len(self._rows)), rows.shape[1]), np.float32)
-      grown[:len(self._rows)] = self._rows
-      self._rows = grown
+      self._rows = _grown(self._rows, self._held, 0)
     self._rows[self._slot_of[ids]] = rows
 
   def assign(self, generation: np.ndarray, queries: np.ndarray) -> tuple:
@@ -321,6 +317,13 @@ def use_remote_shards(addresses: Sequence[str]) -> None:
 def remote_shards() -> List[RemoteShard]:
   """A `RemoteShard` per address of `use_remote_shards` ([]: the index is here)."""
   return [RemoteShard(address) for address in _remote_addresses]
+
+
+def _grown(array: np.ndarray, least: int, fill) -> np.ndarray:
+  """`array` with rows of `fill` added, to at least `least` rows and at least
+  twice its rows (a row kept costs O(1) copies, amortized)."""
+  more = max(least, 2 * len(array)) - len(array)
+  return np.concatenate([array, np.full((more,) + array.shape[1:], fill, array.dtype)])
 
 
 def _cosines(rows: np.ndarray, slot_of: np.ndarray, queries: np.ndarray,
