@@ -25,25 +25,32 @@ pytestmark = pytest.mark.xdist_group("sub_model_calls")
 NO_WORKER = object()  # A context that cannot hold values: the arrays themselves.
 
 
-def test_a_workers_bag_goes_once_and_shards_get_their_clients_class_rows():
+def test_a_workers_bag_rows_go_once_and_each_client_reads_its_own():
   """Three shards, a call each, over two workers: worker 0's calls (0 and 2)
-  share one bag, made once; a shard's answer is its clients' class rows,
-  keys and is_real (their bag rows are read in the worker)."""
+  share one set of bag rows, the union of what they read, made once; each
+  call names its rows among them, each client's positions among the call's
+  give back its own rows."""
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   state = {"tower": [bag], "table": np.eye(4, dtype=np.float32)}
-  shard_keys = [  # (class keys [n, K], is_real [n, K]) a shard.
-      (np.array([[0, 1], [2, 2]]), np.array([[True, True], [True, False]])),
-      (np.array([[3, 0]]), np.array([[True, True]])),
-      (np.array([[1, 1]]), np.array([[True, False]]))]
-  bags = sub_model_answers.RoundBags(bag, [(0, 1), (1, 2), (2, 3)], 2, None)
+  shard_keys = [  # (class keys [n, K], is_real [n, K], bag keys, bag keys a client).
+      (np.array([[0, 1], [2, 2]]), np.array([[True, True], [True, False]]),
+       np.array([1, 4, 7, 4, 9]), np.array([3, 2])),
+      (np.array([[3, 0]]), np.array([[True, True]]), np.array([7, 8, 1]), np.array([3])),
+      (np.array([[1, 1]]), np.array([[True, False]]), np.array([2, 4]), np.array([2]))]
+  bags = sub_model_answers.RoundBags(bag, [k[2] for k in shard_keys],
+                                     [(0, 1), (1, 2), (2, 3)], 2, None)
   first = bags.of_call(0, NO_WORKER)
   assert bags.of_call(2, NO_WORKER) is first
-  np.testing.assert_array_equal(first, bag)
-  (answer,) = sub_model_answers.shard_answers(state, shard_keys[:1])
+  np.testing.assert_array_equal(first.keys, [1, 2, 4, 7, 9])  # Shards 0 and 2.
+  np.testing.assert_array_equal(first.rows, bag[[1, 2, 4, 7, 9]])
+  np.testing.assert_array_equal(bags.of_call(1, NO_WORKER).keys, [1, 7, 8])
+  answers, call_bag = sub_model_answers.shard_answers(state, shard_keys[:1], first)
+  np.testing.assert_array_equal(call_bag.keys, [1, 4, 7, 9])
+  np.testing.assert_array_equal(first.rows[call_bag.in_worker], bag[[1, 4, 7, 9]])
+  answer = answers[0]
   np.testing.assert_array_equal(answer[0], state["table"][shard_keys[0][0]])
-  np.testing.assert_array_equal(answer[1], shard_keys[0][0])
-  np.testing.assert_array_equal(answer[2], shard_keys[0][1])
-  assert len(answer) == 3
+  np.testing.assert_array_equal(call_bag.keys[answer[3]], shard_keys[0][2])
+  np.testing.assert_array_equal(answer[4], shard_keys[0][3])
 
 
 class _Context:
@@ -60,7 +67,8 @@ def test_every_workers_bag_is_made_at_once_in_the_context_its_calls_run_in(monke
                           (context.name, clients)) or value)
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   calls = [(0, 1), (1, 2), (2, 3), (3, 5)]  # The last call has two TFF clients.
-  bags = sub_model_answers.RoundBags(bag, calls, 2, None)
+  bags = sub_model_answers.RoundBags(bag, [np.array([i]) for i in range(5)], calls, 2,
+                                     None)
   bags.make_all([_Context("first"), _Context("second")])
   # Worker 0: calls 0 and 2 (one client each); worker 1: call 1, and call 3 of
   # another client count, so a bag of its own.
@@ -129,24 +137,6 @@ def test_bag_sums_in_place_equal_row_sums_over_every_client_to_the_bit():
   np.testing.assert_array_equal(dense.mean()[5], 0.0)
   np.testing.assert_allclose(dense.mean()[3], parts[1].sums[0][1] / 4.0, rtol=1e-6)
 
-
-
-def test_a_calls_bag_sums_on_every_row_add_as_keyed_ones_do():
-  """A sharded call's bag deltas come on every row (keys None): folded after
-  keyed parts they give what the same deltas keyed by every row give."""
-  rng = np.random.default_rng(1)
-  keyed = sub_model_answers.RowParts([np.array([4, 1])], [rng.normal(size=(2, 3)).astype(
-      np.float32)], [], [2.0])
-  call = rng.normal(size=(6, 3)).astype(np.float32)
-  call[[0, 5]] = 0.0  # Rows the call's clients did not read.
-  every_row, by_keys = sub_model.BagSums((6, 3)), sub_model.BagSums((6, 3))
-  for sums, keys in ((every_row, None), (by_keys, np.arange(6))):
-    sums.add(keyed)
-    sums.add(sub_model_answers.RowParts([keys], [call], [], [1.0, 0.5]))
-  np.testing.assert_array_equal(every_row.mean(), by_keys.mean())
-  expected = call.copy()
-  expected[[4, 1]] += keyed.sums[0]
-  np.testing.assert_allclose(every_row.mean(), expected / 3.5, rtol=1e-6)
 
 def build(task, config, algorithm):
   """The task's sub-model process of `algorithm` under `config`."""

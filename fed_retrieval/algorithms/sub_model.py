@@ -29,11 +29,11 @@ shard of clients, their batches one client after another
 (`ClientDatasets.shard_dataset`), as FedAvg's shards (`client_shards`) are:
 step 1 returns each of the shard's clients' keys, computed from that
 client's own examples; the server answers the shard as one (its clients'
-class rows); step 2 trains the shard's clients one after another in one
-pass over its batches, each from the round's model with its own rows (its
-bag rows read by its own keys from the bag its worker holds), and returns
-their class-row uploads stacked, their bag deltas summed on every bag row
-(over the call's shards, in TFF) and their tower deltas' mean.
+class rows and their positions among the bag rows the call reads); step 2
+trains the shard's clients one after another in one pass over its batches,
+each from the round's model with its own rows, and returns their class-row
+uploads stacked, their bag deltas summed on the call's rows (over the call's
+shards, in TFF) and their tower deltas' mean.
 The round is the one of a TFF client each (tested, to rounding) without
 TFF's cost per client call, twice a round (a client's dataset serialized
 into the worker, its result out): on `xc_small`, 100 clients a round, a
@@ -43,14 +43,13 @@ distinct bag rows once took the round from 51 s to 18-24 s; a shard of 250
 clients reads 95% of the bag, so sending them once a call instead of once a
 shard took the process tree from 7.1 to 4.4-4.9 GB and the driver's CPU a
 round from 21-22 s to 16-19 s (the worker's rose 10 -> 12-14 s: summing the
-call's bag deltas in TFF). Sending the bag rows a worker's calls read to it
+call's bag deltas in TFF). Now the bag rows a worker's calls read go to it
 once a round (`sub_model_answers.RoundBags`, a value the worker holds:
-`worker_values`) took the round on one worker 16.2 s instead of 18.8-19.0
-and the driver 3.5 CPU s instead of 4.2-5.4 (the index on 2 shards); on
-three workers 15.2 s instead of 19.0, the busiest worker 4.8 CPU s instead
-of 5.5 and the process tree 8.4 GB instead of 11.2 (the index on the driver;
-side by side each). A worker's calls read nearly all of the bag, so it now
-holds all of it, and each client reads its own rows there by its keys.
+`worker_values`), and a call sends only which of them it reads: on one
+worker the round took 16.2 s instead of 18.8-19.0 and the driver 3.5 CPU s
+instead of 4.2-5.4 (the index on 2 shards); on three workers 15.2 s instead
+of 19.0, the busiest worker 4.8 CPU s instead of 5.5 and the process tree
+8.4 GB instead of 11.2 (the index on the driver; side by side each).
 
 A round's TFF calls take at most `MAX_CLIENTS_PER_CALL` clients, the server
 folding each call's uploads into per-row sums as it returns (`RowSums`; the
@@ -273,13 +272,12 @@ class RowSums:
 class BagSums:
   """A round's embedding-bag deltas summed in place on an array of the bag's
   shape as the calls return (`add`: parts whose keys are distinct within a
-  part, or None for every row, each client's deltas scaled by its weight),
-  and `mean`: the sum over the round's total weight, the bag's mean delta
-  over every client, zero on rows nobody read (the same numbers as
-  `RowSums`' `clients` mean, to the bit). Dense because the server's step
-  is: its optimizer moves every row of the bag. A call of 500 clients at
-  Amazon-670K's shape reads ~95% of the bag's rows, which `RowSums` summed
-  anew with the round's running sums."""
+  part, each client's deltas scaled by its weight), and `mean`: the sum over
+  the round's total weight, the bag's mean delta over every client, zero on
+  rows nobody read (the same numbers as `RowSums`' `clients` mean, to the
+  bit). Dense because the server's step is: its optimizer moves every row of
+  the bag. A call of 500 clients at Amazon-670K's shape returns ~95% of the
+  bag's rows, which `RowSums` summed anew with the round's running sums."""
 
   def __init__(self, shape: Tuple[int, int]):
     self._sums = np.zeros(shape, np.float32)
@@ -287,10 +285,7 @@ class BagSums:
 
   def add(self, parts: sub_model_answers.RowParts) -> None:
     for keys, sums in zip(parts.keys, parts.sums):
-      if keys is None:  # Sums on every row (a sharded call's).
-        self._sums += sums
-      else:
-        self._sums[keys] += sums
+      self._sums[keys] += sums
     self._weights.extend(parts.weights)
 
   def mean(self) -> np.ndarray:
@@ -424,8 +419,8 @@ class SubModelProcess:
                            if self._bagged else None))
     parts = []
     bags = (sub_model_answers.RoundBags(
-        np.asarray(state["tower"][0]), calls, max(len(contexts), 1),
-        self._round.worker_bag_type)
+        np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls,
+        max(len(contexts), 1), self._round.worker_bag_type)
             if spec.sharded and self._bagged else None)
 
     if bags is not None:  # In turn, before the calls' threads start.
@@ -459,19 +454,21 @@ class SubModelProcess:
     return data, list(worker_values.invoke(context, self.client_keys, seed, data))
 
   def _call(self, context, state, dense, keys, client_data_,
-            worker_bag: Optional[Any]):
+            worker_bag: Optional[sub_model_answers.WorkerBag]):
     """One TFF call, in `context` (None: the default), of the round's clients
     whose keys (per TFF client: a client or a shard) are `keys` and data
     `client_data_` (the call's value in its worker, `_sent`), sharded with
-    a bag reading `worker_bag` (`RoundBags`): (the mean (DP: sum) of the
+    a bag reading the rows of `worker_bag`: (the mean (DP: sum) of the
     broadcast's deltas, loss sum, examples, the class rows' and the bag's
     uploads as `RowParts`, each None if not trained)."""
     spec = self._spec
+    broadcast, call_bag = (dense,), None
     if spec.sharded:
-      answers = sub_model_answers.shard_answers(state, keys)
+      answers, call_bag = sub_model_answers.shard_answers(state, keys, worker_bag)
     else:
       answers = sub_model_answers.answers(state, keys, self._bagged)
-    bag_args = ((dense,), worker_bag) if worker_bag is not None else ((dense,),)
+    bag_args = ((broadcast + (call_bag.in_worker, call_bag.keys), worker_bag.rows)
+                if call_bag is not None else (broadcast,))
     outputs = worker_values.invoke(context, self.client_round, *bag_args, answers,
                                    client_data_)
     mean, loss_sum, count, uploads = outputs[:4]
@@ -480,7 +477,7 @@ class SubModelProcess:
       rows = sub_model_answers.client_parts(
           [k for a in answers for k in a[1]], [d for u in uploads for d in np.asarray(u[0])],
           [r for a in answers for r in a[2]], weights, spec.row_mean == "clients")
-      bag = (sub_model_answers.RowParts([None], [np.asarray(outputs[4])], [],
+      bag = (sub_model_answers.RowParts([call_bag.keys], [np.asarray(outputs[4])], [],
                                         [float(w) for w in weights])
              if self._bagged else None)
     else:  # Per client: rows, [bag rows,] count.

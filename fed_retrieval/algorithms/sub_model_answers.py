@@ -1,7 +1,7 @@
 """The server's answers in a sub-model round: each client's rows of the class
 table (and of the embedding bag), or a shard's clients' answers as one (with
-the bag sent to each worker once a round), and what a call's clients upload
-as per-row parts for `sub_model.RowSums`.
+the bag rows a worker's calls read sent to it once a round), and what a
+call's clients upload as per-row parts for `sub_model.RowSums`.
 O(rows touched) per client, in NumPy: the TFF worker only ever holds the
 clients' sub-models."""
 
@@ -9,17 +9,17 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from fed_retrieval.algorithms import row_ids
 from fed_retrieval.runtime import worker_values
 
 
 class RowParts(NamedTuple):
   """Uploads for `RowSums.add` (or the bag's, `BagSums.add`): per part (a
-  client, or a call's bag) its row keys (a sharded call's bag: None, every
-  row), their deltas summed over its clients (with the `clients` mean, each
-  client's scaled by its weight), how many of its clients held each key (a
-  call's bag: not counted, its mean is over every client), and its clients'
-  weights."""
-  keys: List[Optional[np.ndarray]]
+  client, or a call's bag) its row keys, their deltas summed over its clients
+  (with the `clients` mean, each client's scaled by its weight), how many of
+  its clients held each key (a call's bag: not counted, its mean is over
+  every client), and its clients' weights."""
+  keys: List[np.ndarray]
   sums: List[np.ndarray]
   holders: List[np.ndarray]
   weights: List[float]
@@ -40,60 +40,92 @@ def answers(state, keys, bagged: bool) -> List[tuple]:
   return result
 
 
+class WorkerBag(NamedTuple):
+  """The bag rows some calls of a round on one worker read, each once, sent
+  to the worker once: their sorted `keys` [U], `lookup` (for each row of the
+  bag, its position among the keys: meaningful for the keys only) and the
+  `rows` [U, D] as a call passes them (`worker_values.created`: in the
+  worker)."""
+  keys: np.ndarray
+  lookup: np.ndarray
+  rows: Any
+
+
+class CallBag(NamedTuple):
+  """What a call sends of the bag: the distinct rows its shards' clients read
+  as their `keys` and their places among its `WorkerBag`'s rows
+  (`in_worker`), and each shard's positions among them (its clients one
+  after another)."""
+  keys: np.ndarray
+  in_worker: np.ndarray
+  positions: List[np.ndarray]
+
+
 class RoundBags:
-  """The bag as its worker holds it for a round's sharded calls: sent to each
-  worker once a round, not once a call (a call of 500 clients at
-  Amazon-670K's shape reads 95% of the bag, so a worker's calls read nearly
-  all of it). Call i of `calls` (a range of TFF clients) goes to worker i mod
-  `workers` (`sub_model._in_waves`); a worker's calls of one client count (a
-  worker keeps an executor per count, `worker_values`) share one value,
-  created in the worker when the first of them asks (`of_call`), or for every
-  group at once (`make_all`).
+  """The bag rows of a round's calls, sent to each worker once a round, not
+  once a call: the calls of 500 clients at Amazon-670K's shape each read 95%
+  of the bag. Call i of `calls` (a range of TFF clients) goes to worker i mod
+  `workers` (`sub_model._in_waves`); a worker's calls of one client count
+  (a worker keeps an executor per count, `worker_values`) share a
+  `WorkerBag`, built and created in the worker when the first of them asks
+  (`of_call`), or for every group at once (`make_all`)."""
 
-  A client reads its rows there by its own keys (`sub_model_clients`), and a
-  call returns the bag's deltas on every row: the server neither receives
-  each client's keys nor sends each its positions (at Amazon-670K's shape,
-  4,000 clients of ~1,900 features, 30 MB each way a round), and sums a
-  call's deltas onto the bag as they are (`sub_model.BagSums.add`)."""
-
-  def __init__(self, bag: np.ndarray, calls: Sequence[Tuple[int, int]], workers: int,
-               type_spec):
-    self._bag, self._calls = bag, calls
+  def __init__(self, bag: np.ndarray, bag_keys: Sequence[np.ndarray],
+               calls: Sequence[Tuple[int, int]], workers: int, type_spec):
+    self._bag, self._bag_keys, self._calls = bag, bag_keys, calls
     self._workers, self._type_spec = workers, type_spec
-    # (worker, clients) -> the bag in it; a group's calls run on one worker in turn.
-    self._made: Dict[Tuple[int, int], Any] = {}
+    # (worker, clients) -> its bag; a group's calls run on one worker in turn.
+    self._made: Dict[Tuple[int, int], WorkerBag] = {}
 
   def _group(self, call: int) -> Tuple[int, int]:
     start, end = self._calls[call]
     return call % self._workers, end - start
 
   def make_all(self, contexts: Sequence[Any]) -> None:
-    """Every group's bag made now, one after another, each in the context
-    its calls run in (call i in contexts[i mod their number]; none: the
-    default). Made by three call threads at once they took 0.38 CPU s a
-    round, in turn 0.07 (4,000 clients, 3 workers; one-off, by thread
+    """Every group's `WorkerBag` made now, one after another, each in the
+    context its calls run in (call i in contexts[i mod their number]; none:
+    the default). Made by three call threads at once they took 0.38 CPU s
+    a round, in turn 0.07 (4,000 clients, 3 workers; one-off, by thread
     clocks)."""
     for call in range(len(self._calls)):
       self.of_call(call, contexts[self._group(call)[0]] if contexts else None)
 
-  def of_call(self, call: int, context) -> Any:
-    """The bag call `call` reads, in `context` (None: the default)."""
+  def of_call(self, call: int, context) -> WorkerBag:
+    """The `WorkerBag` of call `call`, run in `context` (None: the default)."""
     group = self._group(call)
     if group not in self._made:
-      self._made[group] = worker_values.created(context, self._bag, self._type_spec,
-                                                group[1])
+      members = [i for i in range(len(self._calls)) if self._group(i) == group]
+      keys, lookup = row_ids.distinct_and_lookup(np.concatenate(
+          [self._bag_keys[t] for i in members for t in range(*self._calls[i])]),
+          len(self._bag))
+      rows = worker_values.created(context, self._bag[keys], self._type_spec, group[1])
+      self._made[group] = WorkerBag(keys.astype(np.int32), lookup, rows)
     return self._made[group]
 
 
-def shard_answers(state, shard_keys) -> List[tuple]:
+def shard_answers(state, shard_keys, worker_bag: Optional[WorkerBag] = None
+                  ) -> Tuple[List[tuple], Optional[CallBag]]:
   """Each shard's answer from its keys (`build_client_keys`): its clients'
-  class rows [n, K, D], keys and is_real [n, K] (their bag rows are the
-  worker's, `RoundBags`)."""
+  class rows [n, K, D], keys and is_real [n, K]; with a bag (`worker_bag`,
+  the rows its worker holds), also each client's positions among the call's
+  bag rows (one client after another) and each client's count of them [n],
+  and the call's `CallBag`."""
+  call_bag = None
+  if worker_bag is not None:
+    shard_bag_keys = [np.asarray(keys[2]) for keys in shard_keys]
+    distinct, positions = row_ids.distinct_and_positions(np.concatenate(shard_bag_keys),
+                                                         len(worker_bag.lookup))
+    ends = np.cumsum([len(k) for k in shard_bag_keys])[:-1]
+    call_bag = CallBag(distinct.astype(np.int32), worker_bag.lookup[distinct],
+                       np.split(positions.astype(np.int32), ends))
   result = []
-  for keys in shard_keys:
+  for i, keys in enumerate(shard_keys):
     class_keys = np.asarray(keys[0])
-    result.append((state["table"][class_keys], class_keys, np.asarray(keys[1])))
-  return result
+    answer = (state["table"][class_keys], class_keys, np.asarray(keys[1]))
+    if call_bag is not None:
+      answer += (call_bag.positions[i], np.asarray(keys[3]))
+    result.append(answer)
+  return result, call_bag
 
 
 def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],

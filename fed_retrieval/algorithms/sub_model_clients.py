@@ -7,10 +7,10 @@ with a selected bag, its bag rows, computed from its own data and the round.
 model with the rows it was answered, and returns its deltas. The tower's
 deltas are averaged in TFF (example-weighted; DP: summed after each client
 clips its own); the rows' come back per client for the server to average
-(`sub_model.RowSums`), but the bag's summed (sharded: the bag is a value
-each worker holds for the round, `sub_model_answers.RoundBags`, where each
-client reads the rows of its own keys, and a call returns the bag's deltas
-summed on every row); with the whole table,
+(`sub_model.RowSums`), but the bag's summed on the call's rows (sharded: the
+bag rows a worker's calls read are a value it holds for the round,
+`sub_model_answers.RoundBags`, and a call broadcasts which of them its
+shards read, each shard gathering its clients' rows); with the whole table,
 the table is broadcast and averaged as the tower is. A shard's loops are
 `tf.while_loop`s with autograph off (as in `client_shards`): converting them
 and all they call was 5.3 of the 7.6 s a small XC run spent in autograph.
@@ -65,11 +65,6 @@ def local_training(spec, tower: Sequence[tf.Tensor], rows: tf.Tensor, keys: tf.T
   return train((tuple(tower), rows, tf.constant(0.0), tf.constant(0.0)), dataset)
 
 
-def client_examples(examples, bounds: tf.Tensor, i: tf.Tensor):
-  """Client i's examples among a shard's (`client_data.shard_client_bounds`)."""
-  return tf.nest.map_structure(lambda t: t[bounds[i]:bounds[i + 1]], examples)
-
-
 def _all_examples(dataset: tf.data.Dataset):
   """A dataset's batches as one batch of all their examples."""
   return dataset.unbatch().batch(2 ** 31 - 1).get_single_element()
@@ -78,14 +73,14 @@ def _all_examples(dataset: tf.data.Dataset):
 def build_client_keys(spec, data_type):
   """TFF: (round seed @SERVER, data @CLIENTS) -> each client's keys @CLIENTS:
   (keys [K], is_real [K][, bag keys]) a client, or a shard's clients' stacked
-  ([n, K], [n, K]: its clients find their bag rows in the worker's bag)."""
+  ([n, K], [n, K][, bag keys one client after another, each one's count])."""
   num_keys = spec.num_keys
 
   def keys_of_client(examples, seed):
     keys, is_real = spec.client_keys(examples, seed)
     keys = (tf.reshape(tf.cast(keys, tf.int32), [num_keys]),
             tf.reshape(is_real, [num_keys]))
-    if spec.bag is None or spec.sharded:
+    if spec.bag is None:
       return keys
     return keys + (tf.cast(spec.bag.keys(examples), tf.int32),)
 
@@ -96,14 +91,25 @@ def build_client_keys(spec, data_type):
     clients = tf.size(bounds) - 1
     keys = tf.TensorArray(tf.int32, size=clients, element_shape=[num_keys])
     is_real = tf.TensorArray(tf.bool, size=clients, element_shape=[num_keys])
+    bag_keys = tf.TensorArray(tf.int32, size=clients, element_shape=[None],
+                              infer_shape=False)
+    bag_sizes = tf.TensorArray(tf.int32, size=clients, element_shape=[])
 
-    def add_client(i, keys, is_real):
-      client = keys_of_client(client_examples(examples, bounds, i), seed)
-      return i + 1, keys.write(i, client[0]), is_real.write(i, client[1])
+    def add_client(i, keys, is_real, bag_keys, bag_sizes):
+      client = keys_of_client(tf.nest.map_structure(
+          lambda t: t[bounds[i]:bounds[i + 1]], examples), seed)
+      keys, is_real = keys.write(i, client[0]), is_real.write(i, client[1])
+      if spec.bag is not None:
+        bag_keys = bag_keys.write(i, client[2])
+        bag_sizes = bag_sizes.write(i, tf.size(client[2]))
+      return i + 1, keys, is_real, bag_keys, bag_sizes
 
-    _, keys, is_real = tf.while_loop(lambda i, *arrays: i < clients, add_client,
-                                     (tf.constant(0), keys, is_real))
-    return keys.stack(), is_real.stack()
+    _, keys, is_real, bag_keys, bag_sizes = tf.while_loop(
+        lambda i, *arrays: i < clients, add_client,
+        (tf.constant(0), keys, is_real, bag_keys, bag_sizes))
+    if spec.bag is None:
+      return keys.stack(), is_real.stack()
+    return keys.stack(), is_real.stack(), bag_keys.concat(), bag_sizes.stack()
 
   @tff.tensorflow.computation(data_type, tensor_type([2], np.int64))
   def keys_of(dataset, seed):
@@ -126,9 +132,10 @@ class ClientRound:
   def __init__(self, spec, dense_shapes, num_rows: int, dim: int, bag_dim: int):
     self.spec, self.num_rows, self.dim, self.bag_dim = spec, num_rows, dim, bag_dim
     self.bagged = spec.bag is not None
-    # Sharded with a bag: the bag the worker holds is an argument of its own
-    # (`sub_model_answers.RoundBags`).
-    self.worker_bag = self.bagged and spec.sharded
+    # Sharded with a bag: the bag rows the worker holds are an argument of
+    # their own, and which of them the call reads and their keys go with the
+    # tower (`sub_model_answers.CallBag`).
+    self.call_bag = self.bagged and spec.sharded
     self.worker_bag_type = tff.FederatedType(tensor_type([None, bag_dim]), tff.SERVER)
     dense_type = tff.StructWithPythonType([tensor_type(s) for s in dense_shapes], list)
     if spec.whole_table:
@@ -137,12 +144,16 @@ class ClientRound:
       self.answer_type = None
       return
     bag_type = (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
-    self.broadcast_type = tff.StructWithPythonType((dense_type,), tuple)
+    call_bag_type = (tensor_type([None], np.int32), tensor_type([None], np.int32))
+    self.broadcast_type = tff.StructWithPythonType(
+        (dense_type,) + (call_bag_type if self.call_bag else ()), tuple)
     clients = [None] if spec.sharded else []  # A shard's: one row per client.
     answer = (tensor_type(clients + [spec.num_keys, dim]),
               tensor_type(clients + [spec.num_keys], np.int32),
               tensor_type(clients + [spec.num_keys], np.bool_))
-    if self.bagged and not spec.sharded:  # A client's bag rows and keys.
+    if self.call_bag:  # Each client's positions among the call's rows, its count.
+      answer += (tensor_type([None], np.int32), tensor_type([None], np.int32))
+    elif self.bagged:  # A client's bag rows and keys.
       answer += bag_type
     self.answer_type = tff.StructWithPythonType(answer, tuple)
 
@@ -192,17 +203,18 @@ class ClientRound:
     return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
                                                      is_real, dataset))
 
-  def shard_answer(self, answer, worker_bag, examples, i):
+  def shard_answer(self, broadcast, worker_bag, answer, bag_ends, i):
     """Client i's answer from its shard's (`sub_model_answers.shard_answers`),
-    with a bag also its bag rows, read from the worker's bag, and their keys
-    (those its `examples` read)."""
+    its bag rows gathered from the worker's by the call's; `bag_ends`: where
+    each client's positions end among the shard's."""
     if self.spec.whole_table:
       return None
     picked = (answer[0][i], answer[1][i], answer[2][i])
-    if not self.bagged:
-      return picked
-    bag_keys = tf.cast(self.spec.bag.keys(examples), tf.int32)
-    return picked + (tf.gather(worker_bag, bag_keys), bag_keys)
+    if self.bagged:
+      positions = answer[3][bag_ends[i] - answer[4][i]:bag_ends[i]]
+      picked += (tf.gather(worker_bag, tf.gather(broadcast[1], positions)),
+                 tf.gather(broadcast[2], positions))
+    return picked
 
   def train_shard(self, broadcast, answer, dataset, worker_bag=None):
     """Each of the shard's clients trained in turn from the round's model, in
@@ -211,29 +223,26 @@ class ClientRound:
     table by examples or per client), the loss sum and examples; with the
     whole table, the table mean's weight; else each client's uploads,
     stacked, and with a bag its deltas weighted by examples and summed on
-    every row of `worker_bag`, the bag its worker holds.
+    the call's rows (read from `worker_bag`, the rows its worker holds).
     (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
+    bag_ends = tf.cumsum(answer[4]) if self.bagged else None
     uploads = (tf.TensorArray(tf.float32, size=slots,
                               element_shape=[self.spec.num_keys, self.dim]),
                tf.TensorArray(tf.float32, size=slots, infer_shape=False,
                               element_shape=[None, None]),
-               tf.TensorArray(tf.int32, size=slots, infer_shape=False,
-                              element_shape=[None]),
                tf.TensorArray(tf.float32, size=slots, element_shape=[]))
     totals = (tuple(tf.zeros_like(t) for t in tf.nest.flatten(shared_part)),
               tf.constant(0.0), tf.constant(0.0), tf.constant(0.0), uploads)
     shard = client_data.read_shard(dataset)
     client_batches = client_data.shard_client_batches(shard)
-    bounds = client_data.shard_client_bounds(shard) if self.bagged else None
 
     def train_client(i, totals):
       """Client i trained from the round's model, its result added."""
-      tower, rows, keys, is_real, bag_keys = self.start(broadcast, self.shard_answer(
-          answer, worker_bag,
-          client_examples(shard.examples, bounds, i) if self.bagged else None, i))
+      tower, rows, keys, is_real, bag_keys = self.start(
+          broadcast, self.shard_answer(broadcast, worker_bag, answer, bag_ends, i))
 
       def step(index, state):
         batch = self.localized(client_data.shard_batch(shard, index), bag_keys)
@@ -242,13 +251,12 @@ class ClientRound:
       _, state = tf.while_loop(
           lambda index, state: index < client_batches[i + 1], step,
           (client_batches[i], (tower, rows, tf.constant(0.0), tf.constant(0.0))))
-      return i + 1, self._add(broadcast, totals, i, self.result(tower, rows, *state),
-                              bag_keys)
+      return i + 1, self._add(broadcast, totals, i, self.result(tower, rows, *state))
 
     clients = tf.size(client_batches) - 1
     _, totals = tf.while_loop(lambda i, totals: i < clients, train_client,
                               (tf.constant(0), totals))
-    sums, loss_total, examples, table_total, (row_ta, bag_ta, at_ta, count_ta) = totals
+    sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
     divisors = [examples] * len(broadcast[0]) + ([table_total] if whole else [])
     shared = tf.nest.pack_sequence_as(
         shared_part, [tf.math.divide_no_nan(total, d) for total, d in zip(sums, divisors)])
@@ -257,14 +265,13 @@ class ClientRound:
     result = shared, loss_total, examples, (row_ta.stack(), count_ta.stack())
     if not self.bagged:
       return result
-    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), at_ta.concat(),
-                                            tf.shape(worker_bag)[0])
+    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), answer[3],
+                                            tf.shape(broadcast[1])[0])
     return result + (tf.reshape(bag_sums, [-1, self.bag_dim]),)
 
-  def _add(self, broadcast, totals, i, result, bag_keys):
-    """The shard's running sums with client i's `result` added (its bag
-    deltas those of the rows `bag_keys`)."""
-    sums, loss_total, examples, table_total, (row_ta, bag_ta, at_ta, count_ta) = totals
+  def _add(self, broadcast, totals, i, result):
+    """The shard's running sums with client i's `result` added."""
+    sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
     shared, loss_sum, count = result[:3]
     weights = [count] * len(broadcast[0]) + (
         [self.table_weight(count)] if self.spec.whole_table else [])
@@ -273,9 +280,9 @@ class ClientRound:
     if not self.spec.whole_table:
       row_ta, count_ta = row_ta.write(i, result[3][0]), count_ta.write(i, count)
       if self.bagged:  # The bag's mean is over every client, by examples.
-        bag_ta, at_ta = bag_ta.write(i, result[3][1] * count), at_ta.write(i, bag_keys)
+        bag_ta = bag_ta.write(i, result[3][1] * count)
     return (sums, loss_total + loss_sum, examples + count,
-            table_total + self.table_weight(count), (row_ta, bag_ta, at_ta, count_ta))
+            table_total + self.table_weight(count), (row_ta, bag_ta, count_ta))
 
   def _summed_rows(self, rows):
     """The sum at the server of the clients' [R, D] rows, R the same on every
@@ -297,10 +304,10 @@ class ClientRound:
     return tff.federated_aggregate(rows, empty(), add, add, identity)
 
   def build(self, data_type) -> Any:
-    """TFF: (broadcast @SERVER, [the worker's bag @SERVER: sharded with a
+    """TFF: (broadcast @SERVER, [the worker's bag rows @SERVER: sharded with a
     bag,] [answers @CLIENTS,] data @CLIENTS) -> (mean dense delta (DP: sum),
-    loss sum, examples @SERVER[, uploads @CLIENTS][, the call's bag sums on
-    every row @SERVER: sharded with a bag])."""
+    loss sum, examples @SERVER[, uploads @CLIENTS][, the call's bag sums
+    @SERVER: sharded with a bag])."""
     private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
     train = (tf.function(self.train_shard, autograph=False) if self.spec.sharded
              else self.train)
@@ -336,9 +343,9 @@ class ClientRound:
       mean = tff.federated_zip(((tff.federated_sum(shared[0]) if private else
                                  tff.federated_mean(shared[0], weight=count)),))
       total = mean, tff.federated_sum(loss_sum), tff.federated_sum(count), uploads
-      return total + ((self._summed_rows(results[4]),) if self.worker_bag else ())
+      return total + ((self._summed_rows(results[4]),) if self.call_bag else ())
 
-    if self.worker_bag:
+    if self.call_bag:
       @tff.tensorflow.computation(self.broadcast_type, self.worker_bag_type.member,
                                   self.answer_type, data_type)
       def bag_update(broadcast, worker_bag, answer, dataset):
