@@ -2,7 +2,6 @@
 and a worker computes on values sent that way."""
 
 import collections
-import time
 from unittest import mock
 
 import grpc
@@ -137,9 +136,8 @@ def test_the_stub_never_subscribes_to_its_channels_state():
   assert channel.unary_unary.called and not channel.subscribe.called
 
 
-def test_a_stub_whose_port_nobody_serves_is_not_ready_after_a_moment():
+def test_a_stub_whose_port_nobody_serves_is_not_ready():
+  """`is_ready` waits a moment (`READY_WAIT_SECONDS`), then answers no."""
   channel = grpc.insecure_channel(f"localhost:{portpicker.pick_unused_port()}")
-  start = time.monotonic()
   assert not value_bytes.BytesStub(channel).is_ready
-  assert time.monotonic() - start < 10 * value_bytes.READY_WAIT_SECONDS
   channel.close()
