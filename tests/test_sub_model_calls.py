@@ -13,6 +13,7 @@ from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.runtime import worker_values
 from fed_retrieval.training import round_calls
 from tasks.xc import family as xc_family
 from tasks.xc import xc_task
@@ -25,18 +26,17 @@ pytestmark = pytest.mark.xdist_group("sub_model_calls")
 NO_WORKER = object()  # A context that cannot hold values: the arrays themselves.
 
 
-def test_a_workers_bag_rows_go_once_and_each_client_reads_its_own():
+def test_a_workers_bag_rows_go_once_and_each_call_names_its_own():
   """Three shards, a call each, over two workers: worker 0's calls (0 and 2)
   share one set of bag rows, the union of what they read, made once; each
-  call names its rows among them, each client's positions among the call's
-  give back its own rows."""
+  call names its rows among them, in order, and their keys."""
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   state = {"tower": [bag], "table": np.eye(4, dtype=np.float32)}
-  shard_keys = [  # (class keys [n, K], is_real [n, K], bag keys, bag keys a client).
+  shard_keys = [  # (class keys [n, K], is_real [n, K], the shard's distinct bag rows).
       (np.array([[0, 1], [2, 2]]), np.array([[True, True], [True, False]]),
-       np.array([1, 4, 7, 4, 9]), np.array([3, 2])),
-      (np.array([[3, 0]]), np.array([[True, True]]), np.array([7, 8, 1]), np.array([3])),
-      (np.array([[1, 1]]), np.array([[True, False]]), np.array([2, 4]), np.array([2]))]
+       np.array([1, 4, 7, 9])),
+      (np.array([[3, 0]]), np.array([[True, True]]), np.array([1, 7, 8])),
+      (np.array([[1, 1]]), np.array([[True, False]]), np.array([2, 4]))]
   bags = sub_model_answers.RoundBags(bag, [k[2] for k in shard_keys],
                                      [(0, 1), (1, 2), (2, 3)], 2, None)
   first = bags.of_call(0, NO_WORKER)
@@ -44,13 +44,13 @@ def test_a_workers_bag_rows_go_once_and_each_client_reads_its_own():
   np.testing.assert_array_equal(first.keys, [1, 2, 4, 7, 9])  # Shards 0 and 2.
   np.testing.assert_array_equal(first.rows, bag[[1, 2, 4, 7, 9]])
   np.testing.assert_array_equal(bags.of_call(1, NO_WORKER).keys, [1, 7, 8])
-  answers, call_bag = sub_model_answers.shard_answers(state, shard_keys[:1], first)
-  np.testing.assert_array_equal(call_bag.keys, [1, 4, 7, 9])
-  np.testing.assert_array_equal(first.rows[call_bag.in_worker], bag[[1, 4, 7, 9]])
+  answers, call_bag = sub_model_answers.shard_answers(state, shard_keys[::2], first)
+  np.testing.assert_array_equal(call_bag.keys, [1, 2, 4, 7, 9])
+  np.testing.assert_array_equal(first.rows[call_bag.in_worker], bag[[1, 2, 4, 7, 9]])
   answer = answers[0]
+  assert len(answer) == 3  # Class rows, keys, is_real: no bag positions.
   np.testing.assert_array_equal(answer[0], state["table"][shard_keys[0][0]])
-  np.testing.assert_array_equal(call_bag.keys[answer[3]], shard_keys[0][2])
-  np.testing.assert_array_equal(answer[4], shard_keys[0][3])
+  np.testing.assert_array_equal(answer[2], shard_keys[0][1])
 
 
 class _Context:
@@ -225,6 +225,13 @@ def test_calls_spread_over_three_workers_train_as_on_one(
 
   monkeypatch.setattr(tff_runtime, "worker_contexts", lambda: [
       Counted(i, context) for i, context in enumerate(three_workers)])
+  holding = worker_values.invoke_holding  # Keys whose bag keys stay in the worker.
+
+  def counted_holding(context, *args):
+    calls[context.worker] += 1
+    return holding(context, *args)
+
+  monkeypatch.setattr(worker_values, "invoke_holding", counted_holding)
   spread, _ = two_rounds(process, task, config, shards)
   for a, b in zip(one, spread):
     np.testing.assert_array_equal(b, a)

@@ -89,3 +89,38 @@ def test_a_context_with_a_turn_makes_its_values_in_turn():
 def test_a_context_that_cannot_hold_values_gets_the_value_itself():
   rows = np.ones((2, 2), np.float32)
   assert worker_values.created(object(), rows, ROWS, clients=1) is rows
+
+
+@tff.tensorflow.computation(PICKS.member)
+def _counted_and_doubled(picks):
+  return tf.size(picks), picks * 2
+
+
+@tff.federated_computation(PICKS)
+def counted_and_doubled(picks):
+  """Each client's count of its picks, and its picks doubled."""
+  both = tff.federated_map(_counted_and_doubled, picks)
+  return both[0], both[1]
+
+
+def test_a_calls_second_result_stays_in_the_worker_for_a_later_call(tff_context):
+  """`invoke_holding`: the first result comes back, the second is held where
+  it was computed and read by the next call as the value itself would be."""
+  rows = np.arange(20, dtype=np.float32).reshape(10, 2)
+  picks = [np.array(p, np.int32) for p in ([0, 4], [1, 1, 2], [3])]
+  counts, doubled = worker_values.invoke_holding(None, counted_and_doubled, 3, picks)
+  assert list(counts) == [2, 3, 1] and not isinstance(doubled, list)
+  result = worker_values.invoke(None, picked, rows, doubled)
+  np.testing.assert_array_equal(np.stack(result), [rows[2 * p].sum(axis=0) for p in picks])
+
+
+def test_a_context_that_cannot_hold_values_gets_both_results():
+  picks = [np.array([1, 2], np.int32)]
+
+  class Direct:  # A test's stand-in context: runs the computation itself.
+    def invoke(self, computation, arg):
+      return ([np.int32(2)], [arg * 2 for arg in arg])
+
+  counts, doubled = worker_values.invoke_holding(Direct(), counted_and_doubled, 1, picks)
+  assert counts == [2]
+  np.testing.assert_array_equal(doubled[0], [2, 4])

@@ -28,8 +28,10 @@ With `sharded` (runs default to it: `--client_shards`), a TFF client is a
 shard of clients, their batches one client after another
 (`ClientDatasets.shard_dataset`), as FedAvg's shards (`client_shards`) are:
 step 1 returns each of the shard's clients' keys, computed from that
-client's own examples; the server answers the shard as one (its clients'
-class rows and their positions among the bag rows the call reads); step 2
+client's own examples, and with a bag the distinct bag rows its clients read
+(each client's own bag keys stay in the worker for step 2,
+`worker_values.invoke_holding`); the server answers the shard as one (its
+clients' class rows, and which bag rows the call reads); step 2
 trains the shard's clients one after another in one pass over its batches,
 each from the round's model with its own rows, and returns their class-row
 uploads stacked, their bag deltas summed on the call's rows (over the call's
@@ -412,7 +414,7 @@ class SubModelProcess:
     seed = np.array([spec.seed, round_num], np.int64)
     sent = list(_in_waves(contexts, len(calls), lambda context, i: self._sent(
         context, client_data_[slice(*calls[i])], seed)))
-    keys = [k for _, call_keys in sent for k in call_keys]
+    keys = [k for _, call_keys, _ in sent for k in call_keys]
     work = _RoundSums([], 0.0, 0.0, rows=(RowSums(self._num_rows, self._dim, spec.row_mean)
                                           if spec.trains_rows else None),
                       bag=(BagSums((self._bag_rows, self._bag_dim))
@@ -429,7 +431,7 @@ class SubModelProcess:
     def run(context, i):
       start, end = calls[i]
       return self._call(context, state, dense, keys[start:end], sent[i][0],
-                        bags.of_call(i, context) if bags else None)
+                        bags.of_call(i, context) if bags else None, sent[i][2])
 
     for mean, loss_sum, count, rows, bag in _in_waves(contexts, len(calls), run):
       parts.append(([np.asarray(d) for d in mean[0]], float(count)))
@@ -442,25 +444,32 @@ class SubModelProcess:
     work.mean = _combined(parts, summed=spec.dp is not None)
     return work
 
-  def _sent(self, context, client_data_, seed: np.ndarray) -> Tuple[Any, List[Any]]:
+  def _sent(self, context, client_data_, seed: np.ndarray
+            ) -> Tuple[Any, List[Any], Optional[Any]]:
     """(a call's data made in the worker behind `context` for the call's
-    training, the keys of each of its TFF clients computed there from it):
+    training, the keys of each of its TFF clients computed there from it,
+    sharded with a bag the clients' bag keys left there for the training):
     its data crosses to the worker once a round, not once for its keys and
     again to train, and the worker holds its calls' data for the round (a
     share of what the driver holds). A client's keys depend on its data and
     the round alone."""
-    data = worker_values.created(context, client_data_, self._data_type,
-                                 len(client_data_))
-    return data, list(worker_values.invoke(context, self.client_keys, seed, data))
+    clients = len(client_data_)
+    data = worker_values.created(context, client_data_, self._data_type, clients)
+    if self._spec.sharded and self._bagged:
+      keys, bag_keys = worker_values.invoke_holding(context, self.client_keys, clients,
+                                                    seed, data)
+      return data, list(keys), bag_keys
+    return data, list(worker_values.invoke(context, self.client_keys, seed, data)), None
 
   def _call(self, context, state, dense, keys, client_data_,
-            worker_bag: Optional[sub_model_answers.WorkerBag]):
+            worker_bag: Optional[sub_model_answers.WorkerBag], bag_keys=None):
     """One TFF call, in `context` (None: the default), of the round's clients
     whose keys (per TFF client: a client or a shard) are `keys` and data
     `client_data_` (the call's value in its worker, `_sent`), sharded with
-    a bag reading the rows of `worker_bag`: (the mean (DP: sum) of the
-    broadcast's deltas, loss sum, examples, the class rows' and the bag's
-    uploads as `RowParts`, each None if not trained)."""
+    a bag reading the rows of `worker_bag` by its clients' `bag_keys` (in
+    the worker, `_sent`): (the mean (DP: sum) of the broadcast's deltas, loss
+    sum, examples, the class rows' and the bag's uploads as `RowParts`, each
+    None if not trained)."""
     spec = self._spec
     broadcast, call_bag = (dense,), None
     if spec.sharded:
@@ -470,7 +479,7 @@ class SubModelProcess:
     bag_args = ((broadcast + (call_bag.in_worker, call_bag.keys), worker_bag.rows)
                 if call_bag is not None else (broadcast,))
     outputs = worker_values.invoke(context, self.client_round, *bag_args, answers,
-                                   client_data_)
+                                   *(() if call_bag is None else (bag_keys,)), client_data_)
     mean, loss_sum, count, uploads = outputs[:4]
     if spec.sharded:  # Per shard: rows [n, K, D], counts [n]; the call's bag sums.
       weights = np.concatenate([np.asarray(u[-1]) for u in uploads])

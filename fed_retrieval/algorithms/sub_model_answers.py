@@ -53,12 +53,11 @@ class WorkerBag(NamedTuple):
 
 class CallBag(NamedTuple):
   """What a call sends of the bag: the distinct rows its shards' clients read
-  as their `keys` and their places among its `WorkerBag`'s rows
-  (`in_worker`), and each shard's positions among them (its clients one
-  after another)."""
+  as their sorted `keys` and their places among its `WorkerBag`'s rows
+  (`in_worker`). Each client finds its rows among the keys in the worker,
+  by its own bag keys (`sub_model_clients.build_client_keys`)."""
   keys: np.ndarray
   in_worker: np.ndarray
-  positions: List[np.ndarray]
 
 
 class RoundBags:
@@ -72,6 +71,8 @@ class RoundBags:
 
   def __init__(self, bag: np.ndarray, bag_keys: Sequence[np.ndarray],
                calls: Sequence[Tuple[int, int]], workers: int, type_spec):
+    """`bag_keys`: the bag rows each TFF client of the round reads (a
+    shard's distinct ones)."""
     self._bag, self._bag_keys, self._calls = bag, bag_keys, calls
     self._workers, self._type_spec = workers, type_spec
     # (worker, clients) -> its bag; a group's calls run on one worker in turn.
@@ -107,25 +108,15 @@ def shard_answers(state, shard_keys, worker_bag: Optional[WorkerBag] = None
                   ) -> Tuple[List[tuple], Optional[CallBag]]:
   """Each shard's answer from its keys (`build_client_keys`): its clients'
   class rows [n, K, D], keys and is_real [n, K]; with a bag (`worker_bag`,
-  the rows its worker holds), also each client's positions among the call's
-  bag rows (one client after another) and each client's count of them [n],
-  and the call's `CallBag`."""
+  the rows its worker holds; a shard's keys then end with its distinct bag
+  rows), also the call's `CallBag`."""
   call_bag = None
   if worker_bag is not None:
-    shard_bag_keys = [np.asarray(keys[2]) for keys in shard_keys]
-    distinct, positions = row_ids.distinct_and_positions(np.concatenate(shard_bag_keys),
-                                                         len(worker_bag.lookup))
-    ends = np.cumsum([len(k) for k in shard_bag_keys])[:-1]
-    call_bag = CallBag(distinct.astype(np.int32), worker_bag.lookup[distinct],
-                       np.split(positions.astype(np.int32), ends))
-  result = []
-  for i, keys in enumerate(shard_keys):
-    class_keys = np.asarray(keys[0])
-    answer = (state["table"][class_keys], class_keys, np.asarray(keys[1]))
-    if call_bag is not None:
-      answer += (call_bag.positions[i], np.asarray(keys[3]))
-    result.append(answer)
-  return result, call_bag
+    distinct = row_ids.distinct(np.concatenate([np.asarray(k[2]) for k in shard_keys]),
+                                len(worker_bag.lookup))
+    call_bag = CallBag(distinct.astype(np.int32), worker_bag.lookup[distinct])
+  return [(state["table"][np.asarray(keys[0])], np.asarray(keys[0]), np.asarray(keys[1]))
+          for keys in shard_keys], call_bag
 
 
 def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],

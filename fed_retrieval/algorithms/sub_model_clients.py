@@ -10,7 +10,8 @@ clips its own); the rows' come back per client for the server to average
 (`sub_model.RowSums`), but the bag's summed on the call's rows (sharded: the
 bag rows a worker's calls read are a value it holds for the round,
 `sub_model_answers.RoundBags`, and a call broadcasts which of them its
-shards read, each shard gathering its clients' rows); with the whole table,
+shards read, each shard gathering its clients' rows by the bag keys its
+keys' computation left in the worker); with the whole table,
 the table is broadcast and averaged as the tower is. A shard's loops are
 `tf.while_loop`s with autograph off (as in `client_shards`): converting them
 and all they call was 5.3 of the 7.6 s a small XC run spent in autograph.
@@ -73,8 +74,12 @@ def _all_examples(dataset: tf.data.Dataset):
 def build_client_keys(spec, data_type):
   """TFF: (round seed @SERVER, data @CLIENTS) -> each client's keys @CLIENTS:
   (keys [K], is_real [K][, bag keys]) a client, or a shard's clients' stacked
-  ([n, K], [n, K][, bag keys one client after another, each one's count])."""
+  ([n, K], [n, K]). A shard with a bag: the pair (those and the distinct bag
+  rows its clients read [U] @CLIENTS, which the server sends; each client's
+  bag keys one client after another and each one's count @CLIENTS, which
+  its training reads where they were computed, `worker_values.invoke_holding`)."""
   num_keys = spec.num_keys
+  shard_bag = spec.sharded and spec.bag is not None
 
   def keys_of_client(examples, seed):
     keys, is_real = spec.client_keys(examples, seed)
@@ -109,7 +114,12 @@ def build_client_keys(spec, data_type):
         (tf.constant(0), keys, is_real, bag_keys, bag_sizes))
     if spec.bag is None:
       return keys.stack(), is_real.stack()
-    return keys.stack(), is_real.stack(), bag_keys.concat(), bag_sizes.stack()
+    bag_keys = bag_keys.concat()
+    # The distinct rows by marking the bag's rows: O(keys + rows), in order.
+    read = tf.math.bincount(bag_keys, minlength=len(spec.initial_tower[0]),
+                            maxlength=len(spec.initial_tower[0]))
+    distinct = tf.cast(tf.reshape(tf.where(read > 0), [-1]), tf.int32)
+    return (keys.stack(), is_real.stack(), distinct), (bag_keys, bag_sizes.stack())
 
   @tff.tensorflow.computation(data_type, tensor_type([2], np.int64))
   def keys_of(dataset, seed):
@@ -120,7 +130,8 @@ def build_client_keys(spec, data_type):
   @tff.federated_computation(tff.FederatedType(tensor_type([2], np.int64), tff.SERVER),
                              tff.FederatedType(data_type, tff.CLIENTS))
   def client_keys(seed, client_data_):
-    return tff.federated_map(keys_of, (client_data_, tff.federated_broadcast(seed)))
+    keys = tff.federated_map(keys_of, (client_data_, tff.federated_broadcast(seed)))
+    return (keys[0], keys[1]) if shard_bag else keys
 
   return client_keys
 
@@ -151,11 +162,13 @@ class ClientRound:
     answer = (tensor_type(clients + [spec.num_keys, dim]),
               tensor_type(clients + [spec.num_keys], np.int32),
               tensor_type(clients + [spec.num_keys], np.bool_))
-    if self.call_bag:  # Each client's positions among the call's rows, its count.
-      answer += (tensor_type([None], np.int32), tensor_type([None], np.int32))
-    elif self.bagged:  # A client's bag rows and keys.
+    if self.bagged and not self.call_bag:  # A client's bag rows and keys.
       answer += bag_type
     self.answer_type = tff.StructWithPythonType(answer, tuple)
+    # A shard's clients' bag keys, one client after another, and each one's
+    # count: what `build_client_keys` left in the worker.
+    self.bag_keys_type = tff.FederatedType(tff.StructWithPythonType(
+        (tensor_type([None], np.int32), tensor_type([None], np.int32)), tuple), tff.CLIENTS)
 
   def start(self, broadcast, answer):
     """(tower, rows, keys, is_real, bag keys) a client trains from: the
@@ -203,32 +216,38 @@ class ClientRound:
     return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
                                                      is_real, dataset))
 
-  def shard_answer(self, broadcast, worker_bag, answer, bag_ends, i):
+  def shard_answer(self, broadcast, worker_bag, answer, bag_positions, i):
     """Client i's answer from its shard's (`sub_model_answers.shard_answers`),
-    its bag rows gathered from the worker's by the call's; `bag_ends`: where
-    each client's positions end among the shard's."""
+    its bag rows gathered from the worker's by the call's; `bag_positions`:
+    (the shard's clients' positions among the call's rows, each client's
+    count of them, where each one's end)."""
     if self.spec.whole_table:
       return None
     picked = (answer[0][i], answer[1][i], answer[2][i])
     if self.bagged:
-      positions = answer[3][bag_ends[i] - answer[4][i]:bag_ends[i]]
+      positions, counts, ends = bag_positions
+      positions = positions[ends[i] - counts[i]:ends[i]]
       picked += (tf.gather(worker_bag, tf.gather(broadcast[1], positions)),
                  tf.gather(broadcast[2], positions))
     return picked
 
-  def train_shard(self, broadcast, answer, dataset, worker_bag=None):
+  def train_shard(self, broadcast, answer, dataset, worker_bag=None, bag_keys=None):
     """Each of the shard's clients trained in turn from the round's model, in
     one pass over its batches (as `client_shards` does): the shared deltas'
     mean over them as the round weighs them (the tower by examples; the whole
     table by examples or per client), the loss sum and examples; with the
     whole table, the table mean's weight; else each client's uploads,
     stacked, and with a bag its deltas weighted by examples and summed on
-    the call's rows (read from `worker_bag`, the rows its worker holds).
+    the call's rows (read from `worker_bag`, the rows its worker holds, by
+    where the clients' `bag_keys` are among the call's sorted keys).
     (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
-    bag_ends = tf.cumsum(answer[4]) if self.bagged else None
+    bag_positions = None
+    if self.bagged:
+      bag_positions = (tf.searchsorted(broadcast[2], bag_keys[0], out_type=tf.int32),
+                       bag_keys[1], tf.cumsum(bag_keys[1]))
     uploads = (tf.TensorArray(tf.float32, size=slots,
                               element_shape=[self.spec.num_keys, self.dim]),
                tf.TensorArray(tf.float32, size=slots, infer_shape=False,
@@ -242,7 +261,7 @@ class ClientRound:
     def train_client(i, totals):
       """Client i trained from the round's model, its result added."""
       tower, rows, keys, is_real, bag_keys = self.start(
-          broadcast, self.shard_answer(broadcast, worker_bag, answer, bag_ends, i))
+          broadcast, self.shard_answer(broadcast, worker_bag, answer, bag_positions, i))
 
       def step(index, state):
         batch = self.localized(client_data.shard_batch(shard, index), bag_keys)
@@ -265,7 +284,7 @@ class ClientRound:
     result = shared, loss_total, examples, (row_ta.stack(), count_ta.stack())
     if not self.bagged:
       return result
-    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), answer[3],
+    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), bag_positions[0],
                                             tf.shape(broadcast[1])[0])
     return result + (tf.reshape(bag_sums, [-1, self.bag_dim]),)
 
@@ -305,9 +324,9 @@ class ClientRound:
 
   def build(self, data_type) -> Any:
     """TFF: (broadcast @SERVER, [the worker's bag rows @SERVER: sharded with a
-    bag,] [answers @CLIENTS,] data @CLIENTS) -> (mean dense delta (DP: sum),
-    loss sum, examples @SERVER[, uploads @CLIENTS][, the call's bag sums
-    @SERVER: sharded with a bag])."""
+    bag,] [answers @CLIENTS,] [bag keys @CLIENTS: sharded with a bag,] data
+    @CLIENTS) -> (mean dense delta (DP: sum), loss sum, examples @SERVER[,
+    uploads @CLIENTS][, the call's bag sums @SERVER: sharded with a bag])."""
     private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
     train = (tf.function(self.train_shard, autograph=False) if self.spec.sharded
              else self.train)
@@ -347,16 +366,16 @@ class ClientRound:
 
     if self.call_bag:
       @tff.tensorflow.computation(self.broadcast_type, self.worker_bag_type.member,
-                                  self.answer_type, data_type)
-      def bag_update(broadcast, worker_bag, answer, dataset):
-        return train(broadcast, answer, dataset, worker_bag)
+                                  self.answer_type, self.bag_keys_type.member, data_type)
+      def bag_update(broadcast, worker_bag, answer, bag_keys, dataset):
+        return train(broadcast, answer, dataset, worker_bag, bag_keys)
 
       @tff.federated_computation(broadcast_at_server, self.worker_bag_type,
-                                 answers_at_clients, data_at_clients)
-      def bag_round(broadcast, worker_bag, answers, data):
+                                 answers_at_clients, self.bag_keys_type, data_at_clients)
+      def bag_round(broadcast, worker_bag, answers, bag_keys, data):
         return summed(tff.federated_map(bag_update, (
             tff.federated_broadcast(broadcast), tff.federated_broadcast(worker_bag),
-            answers, data)))
+            answers, bag_keys, data)))
 
       return bag_round
 

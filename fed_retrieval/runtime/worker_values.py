@@ -20,11 +20,13 @@ arguments must for TFF's context.
 
 import asyncio
 import contextlib
-from typing import Any, Optional
+import functools
+from typing import Any, Optional, Tuple
 
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.executors import cardinality_carrying_base
 from tensorflow_federated.python.core.impl.executors import remote_executor
+from tensorflow_federated.python.core.impl.types import type_conversions
 
 
 def _context_or_default(context: Optional[Any]) -> Any:
@@ -57,6 +59,50 @@ def created(context: Optional[Any], value: Any, type_spec: tff.types.Type,
   if isinstance(type_spec, tff.FederatedType) and not type_spec.all_equal:
     return _WithClients(made, clients)
   return made
+
+
+@functools.lru_cache(maxsize=16)
+def _native(computation):
+  """`computation` compiled as the project's worker contexts compile it
+  (`tff_runtime`), once: the same object each call, which the worker's
+  executor then creates once (`computation_cache`)."""
+  return tff.backends.native.desugar_and_transform_to_native(computation)
+
+
+def invoke_holding(context: Optional[Any], computation, clients: int, *args
+                   ) -> Tuple[Any, Any]:
+  """`computation(*args)`, whose result is a pair, run on `clients` clients
+  in the worker behind `context` (None: the default context): (the first
+  element, sent back as `invoke` sends a result; the second, left in the
+  worker as a value a later call reads, with `clients` members when
+  federated). Where the context cannot hold values both come back."""
+  context = _context_or_default(context)
+  factory = getattr(context, "executor_factory", None)
+  if factory is None:
+    result = invoke(context, computation, *args)
+    return result[0], result[1]
+  native = _native(computation)
+  parameter, result_type = native.type_signature.parameter, computation.type_signature.result
+  executor = factory.create_executor({tff.CLIENTS: clients})
+
+  async def call():
+    elements = tff.structure.to_elements(parameter) if len(args) > 1 else [(None, parameter)]
+    made = [a if isinstance(a, remote_executor.RemoteValue) else
+            await executor.create_value(a, t) for a, (_, t) in zip(args, elements)]
+    arg = made[0] if len(args) == 1 else await executor.create_struct(
+        tff.structure.Struct([(name, m) for (name, _), m in zip(elements, made)]))
+    result = await executor.create_call(
+        await executor.create_value(native, native.type_signature), arg)
+    sent, held = [await executor.create_selection(result, i) for i in (0, 1)]
+    return await sent.compute(), held
+
+  with getattr(context, "turn", None) or contextlib.nullcontext():
+    sent, held = asyncio.run(call())  # As in `created`.
+  sent = tff.tensorflow.transform_result(
+      type_conversions.type_to_py_container(sent, result_type[0]))
+  if isinstance(result_type[1], tff.FederatedType) and not result_type[1].all_equal:
+    held = _WithClients(held, clients)
+  return sent, held
 
 
 class _WithClients(remote_executor.RemoteValue, cardinality_carrying_base.CardinalityCarrying):
