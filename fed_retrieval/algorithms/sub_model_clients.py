@@ -142,6 +142,7 @@ class ClientRound:
 
   def __init__(self, spec, dense_shapes, num_rows: int, dim: int, bag_dim: int):
     self.spec, self.num_rows, self.dim, self.bag_dim = spec, num_rows, dim, bag_dim
+    self.bag_rows = len(spec.initial_tower[0]) if spec.bag is not None else 0
     self.bagged = spec.bag is not None
     # Sharded with a bag: the bag rows the worker holds are an argument of
     # their own, and which of them the call reads and their keys go with the
@@ -239,15 +240,17 @@ class ClientRound:
     whole table, the table mean's weight; else each client's uploads,
     stacked, and with a bag its deltas weighted by examples and summed on
     the call's rows (read from `worker_bag`, the rows its worker holds, by
-    where the clients' `bag_keys` are among the call's sorted keys).
+    where the clients' `bag_keys` are among the call's keys).
     (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
     bag_positions = None
-    if self.bagged:
-      bag_positions = (tf.searchsorted(broadcast[2], bag_keys[0], out_type=tf.int32),
-                       bag_keys[1], tf.cumsum(bag_keys[1]))
+    if self.bagged:  # Each bag row's place among the call's, looked up by key.
+      call_keys = broadcast[2]
+      place = tf.scatter_nd(call_keys[:, None], tf.range(tf.size(call_keys)),
+                            [self.bag_rows])
+      bag_positions = (tf.gather(place, bag_keys[0]), bag_keys[1], tf.cumsum(bag_keys[1]))
     uploads = (tf.TensorArray(tf.float32, size=slots,
                               element_shape=[self.spec.num_keys, self.dim]),
                tf.TensorArray(tf.float32, size=slots, infer_shape=False,
