@@ -217,19 +217,19 @@ class ClientRound:
     return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
                                                      is_real, dataset))
 
-  def shard_answer(self, broadcast, worker_bag, answer, bag_positions, i):
+  def shard_answer(self, broadcast, worker_bag, answer, bag, i):
     """Client i's answer from its shard's (`sub_model_answers.shard_answers`),
-    its bag rows gathered from the worker's by the call's; `bag_positions`:
-    (the shard's clients' positions among the call's rows, each client's
-    count of them, where each one's end)."""
+    its bag rows gathered from the worker's by the call's; `bag`: (the
+    shard's clients' bag keys and their positions among the call's rows, one
+    client after another, each client's count of them, where each one's end)."""
     if self.spec.whole_table:
       return None
     picked = (answer[0][i], answer[1][i], answer[2][i])
     if self.bagged:
-      positions, counts, ends = bag_positions
-      positions = positions[ends[i] - counts[i]:ends[i]]
-      picked += (tf.gather(worker_bag, tf.gather(broadcast[1], positions)),
-                 tf.gather(broadcast[2], positions))
+      keys, positions, counts, ends = bag
+      mine = slice(ends[i] - counts[i], ends[i])
+      picked += (tf.gather(worker_bag, tf.gather(broadcast[1], positions[mine])),
+                 keys[mine])
     return picked
 
   def train_shard(self, broadcast, answer, dataset, worker_bag=None, bag_keys=None):
@@ -245,12 +245,13 @@ class ClientRound:
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
-    bag_positions = None
+    bag = None
     if self.bagged:  # Each bag row's place among the call's, looked up by key.
       call_keys = broadcast[2]
       place = tf.scatter_nd(call_keys[:, None], tf.range(tf.size(call_keys)),
                             [self.bag_rows])
-      bag_positions = (tf.gather(place, bag_keys[0]), bag_keys[1], tf.cumsum(bag_keys[1]))
+      bag = (bag_keys[0], tf.gather(place, bag_keys[0]), bag_keys[1],
+             tf.cumsum(bag_keys[1]))
     uploads = (tf.TensorArray(tf.float32, size=slots,
                               element_shape=[self.spec.num_keys, self.dim]),
                tf.TensorArray(tf.float32, size=slots, infer_shape=False,
@@ -264,7 +265,7 @@ class ClientRound:
     def train_client(i, totals):
       """Client i trained from the round's model, its result added."""
       tower, rows, keys, is_real, bag_keys = self.start(
-          broadcast, self.shard_answer(broadcast, worker_bag, answer, bag_positions, i))
+          broadcast, self.shard_answer(broadcast, worker_bag, answer, bag, i))
 
       def step(index, state):
         batch = self.localized(client_data.shard_batch(shard, index), bag_keys)
@@ -287,7 +288,7 @@ class ClientRound:
     result = shared, loss_total, examples, (row_ta.stack(), count_ta.stack())
     if not self.bagged:
       return result
-    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), bag_positions[0],
+    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), bag[1],
                                             tf.shape(broadcast[1])[0])
     return result + (tf.reshape(bag_sums, [-1, self.bag_dim]),)
 
