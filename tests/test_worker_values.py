@@ -114,13 +114,16 @@ def test_a_calls_second_result_stays_in_the_worker_for_a_later_call(tff_context)
   np.testing.assert_array_equal(np.stack(result), [rows[2 * p].sum(axis=0) for p in picks])
 
 
-def test_a_context_that_cannot_hold_values_gets_both_results():
-  picks = [np.array([1, 2], np.int32)]
+def test_a_context_that_cannot_hold_values_gets_both_results(tff_context):
+  """A context with no executor factory (a test's stand-in, TFF's mergeable
+  context) runs the call as `invoke` does; both parts come back."""
+  picks = [np.array([1, 2], np.int32), np.array([5], np.int32)]
 
-  class Direct:  # A test's stand-in context: runs the computation itself.
+  class NoFactory:  # Runs the computation in TFF's context, holds nothing.
     def invoke(self, computation, arg):
-      return ([np.int32(2)], [arg * 2 for arg in arg])
+      return tff.framework.get_context_stack().current.invoke(computation, arg)
 
-  counts, doubled = worker_values.invoke_holding(Direct(), counted_and_doubled, 1, picks)
-  assert counts == [2]
+  counts, doubled = worker_values.invoke_holding(NoFactory(), counted_and_doubled, 2, picks)
+  assert list(counts) == [2, 1]
   np.testing.assert_array_equal(doubled[0], [2, 4])
+  np.testing.assert_array_equal(doubled[1], [10])

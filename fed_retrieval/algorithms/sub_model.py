@@ -455,7 +455,7 @@ class SubModelProcess:
     the round alone."""
     clients = len(client_data_)
     data = worker_values.created(context, client_data_, self._data_type, clients)
-    if self._spec.sharded and self._bagged:
+    if self._round.call_bag:  # The clients' bag keys stay for their training.
       keys, bag_keys = worker_values.invoke_holding(context, self.client_keys, clients,
                                                     seed, data)
       return data, list(keys), bag_keys

@@ -116,8 +116,8 @@ def build_client_keys(spec, data_type):
       return keys.stack(), is_real.stack()
     bag_keys = bag_keys.concat()
     # The distinct rows by marking the bag's rows: O(keys + rows), in order.
-    read = tf.math.bincount(bag_keys, minlength=len(spec.initial_tower[0]),
-                            maxlength=len(spec.initial_tower[0]))
+    bag_rows = len(spec.initial_tower[0])
+    read = tf.math.bincount(bag_keys, minlength=bag_rows, maxlength=bag_rows)
     distinct = tf.cast(tf.reshape(tf.where(read > 0), [-1]), tf.int32)
     return (keys.stack(), is_real.stack(), distinct), (bag_keys, bag_sizes.stack())
 

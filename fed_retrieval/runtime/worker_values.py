@@ -15,7 +15,9 @@ it. A context that is not one of TFF's execution contexts over an executor
 factory (a test's stand-in, TFF's mergeable context) gets the value itself;
 one with a `turn` (a lock, `tff_runtime.OneCallAtATime`) makes it in turn. A
 value with a member per client says how many clients it has, as a call's
-arguments must for TFF's context.
+arguments must for TFF's context. A call's result can stay in the worker
+too (`invoke_holding`: a pair, the first part sent back, the second held
+for a later call), as a sub-model round's clients' bag keys do.
 """
 
 import asyncio
@@ -56,9 +58,15 @@ def created(context: Optional[Any], value: Any, type_spec: tff.types.Type,
     # A remote executor's methods block on the worker's answer: any event
     # loop runs them, and none is running in this thread.
     made = asyncio.run(executor.create_value(value, type_spec))
+  return _counted(made, type_spec, clients)
+
+
+def _counted(held, type_spec: tff.types.Type, clients: int) -> Any:
+  """`held`, a worker's value of `type_spec`, saying it has `clients`
+  members when it has one a client (`_WithClients`)."""
   if isinstance(type_spec, tff.FederatedType) and not type_spec.all_equal:
-    return _WithClients(made, clients)
-  return made
+    return _WithClients(held, clients)
+  return held
 
 
 @functools.lru_cache(maxsize=16)
@@ -100,9 +108,7 @@ def invoke_holding(context: Optional[Any], computation, clients: int, *args
     sent, held = asyncio.run(call())  # As in `created`.
   sent = tff.tensorflow.transform_result(
       type_conversions.type_to_py_container(sent, result_type[0]))
-  if isinstance(result_type[1], tff.FederatedType) and not result_type[1].all_equal:
-    held = _WithClients(held, clients)
-  return sent, held
+  return sent, _counted(held, result_type[1], clients)
 
 
 class _WithClients(remote_executor.RemoteValue, cardinality_carrying_base.CardinalityCarrying):
