@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import executor_pb2
+from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.impl.executors import value_serialization
 
 from fed_retrieval.runtime import value_bytes
@@ -98,6 +99,50 @@ def test_a_value_the_type_does_not_take_fails_as_in_tff():
     value_bytes.create_value_request(EXECUTOR, np.ones((2, 4), np.float32), ROWS)
 
 
+def _assert_same(got, want):
+  """`got` is `want`'s kind of value, with its names, dtypes and values."""
+  assert type(got) is type(want)
+  if isinstance(want, structure.Struct):
+    got, want = structure.iter_elements(got), structure.iter_elements(want)
+    assert [n for n, _ in got] == [n for n, _ in want]
+    got, want = [v for _, v in got], [v for _, v in want]
+  if isinstance(want, (list, structure.Struct)) or isinstance(got, list):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+      _assert_same(g, w)
+  else:
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def _computed(value, type_spec) -> bytes:
+  proto, _ = value_serialization.serialize_value(value, type_spec)
+  return executor_pb2.ComputeResponse(value=proto).SerializeToString()
+
+
+@pytest.mark.parametrize("case", sorted(c for c in CASES if "datasets" not in c))
+def test_a_computed_value_reads_as_tff_reads_it(case):
+  value, type_spec = CASES[case]
+  response = _computed(value, type_spec)
+  want, _ = value_serialization.deserialize_value(
+      executor_pb2.ComputeResponse.FromString(response).value, type_spec)
+  _assert_same(value_bytes.computed_value(response, type_spec), want)
+
+
+def test_a_large_computed_array_is_a_view_of_its_response_and_a_small_one_a_copy():
+  large = np.random.default_rng(0).random((value_bytes.VIEW_BYTES // 12 + 1, 3),
+                                          dtype=np.float32)
+  small = large[:10]
+  type_spec = tff.StructType([ROWS, ROWS])
+  response = _computed((large, small), type_spec)
+  got_large, got_small = value_bytes.computed_value(response, type_spec)
+  np.testing.assert_array_equal(got_large, large)
+  np.testing.assert_array_equal(got_small, small)
+  whole = np.frombuffer(response, np.uint8)
+  assert np.shares_memory(got_large, whole) and not got_large.flags.writeable
+  assert not np.shares_memory(got_small, whole)
+
+
 ROWS_AT_SERVER = tff.FederatedType(ROWS, tff.SERVER)
 PICKS = tff.FederatedType(tff.TensorType(np.int32, [None]), tff.CLIENTS)
 
@@ -113,20 +158,27 @@ def _picked(rows, picks):
 
 
 def test_the_worker_computes_on_values_sent_as_bytes(tff_context, monkeypatch):
-  sent = []
+  sent, received = [], []
   create_value_bytes = value_bytes.BytesStub.create_value_bytes
+  compute_bytes = value_bytes.BytesStub.compute_bytes
 
   def counted(self, request):
     sent.append(len(request))
     return create_value_bytes(self, request)
 
+  def counted_back(self, request):
+    received.append(compute_bytes(self, request))
+    return received[-1]
+
   monkeypatch.setattr(value_bytes.BytesStub, "create_value_bytes", counted)
+  monkeypatch.setattr(value_bytes.BytesStub, "compute_bytes", counted_back)
   rows = np.arange(15, dtype=np.float32).reshape(5, 3)
   picks = [np.array([0, 4], np.int32), np.array([2, 2, 1], np.int32)]
   held = worker_values.created(None, rows, ROWS_AT_SERVER, clients=2)
   result = worker_values.invoke(None, _picked, held, picks)
   np.testing.assert_array_equal(np.stack(result), [rows[p].sum(axis=0) for p in picks])
   assert sent and sent[0] >= rows.nbytes  # The rows went as bytes.
+  assert len(received) == 1  # And the sums came back as bytes.
 
 
 def test_the_stub_never_subscribes_to_its_channels_state():

@@ -1,6 +1,7 @@
 """A TFF remote executor that creates each computation in its worker once,
-and sends other values with each array's data copied once (`value_bytes`,
-when its stub is a `value_bytes.BytesStub`, as `tff_runtime`'s are).
+sends other values with each array's data copied once and reads computed
+ones without copying a large array's (`value_bytes`, when its stub is a
+`value_bytes.BytesStub`, as `tff_runtime`'s are).
 
 TFF's `RemoteExecutor` serializes the computation it runs and creates it in
 the worker anew on every call, although a run calls the same few computations
@@ -31,6 +32,7 @@ from typing import Any, Tuple
 
 import grpc
 import tensorflow_federated as tff
+from tensorflow_federated.proto.v0 import executor_pb2
 from tensorflow_federated.python.core.impl.executors import remote_executor
 
 from fed_retrieval.runtime import value_bytes
@@ -40,7 +42,7 @@ class ComputationCachingRemoteExecutor(tff.framework.RemoteExecutor):
   """`tff.framework.RemoteExecutor` whose computations are created once per
   executor id (the `max_computations` most recently run); every other value
   is sent each time, as the bytes `value_bytes` writes where the stub takes
-  them."""
+  them, and computed values are read from their bytes there."""
 
   max_computations = 16
 
@@ -72,6 +74,17 @@ class ComputationCachingRemoteExecutor(tff.framework.RemoteExecutor):
     response = self._stub.create_value_bytes(
         value_bytes.create_value_request(self._executor_id, value, type_spec))
     return remote_executor.RemoteValue(response.value_ref, type_spec, self)
+
+  async def _compute(self, value_ref, type_spec):
+    """A computed value read from its response's bytes (`value_bytes`) when
+    the stub gives them."""
+    streamed = self._stream_structs and isinstance(type_spec, tff.StructType)
+    if not isinstance(self._stub, value_bytes.BytesStub) or streamed:
+      return await super()._compute(value_ref, type_spec)
+    self._check_has_executor_id()
+    return value_bytes.computed_value(self._stub.compute_bytes(
+        executor_pb2.ComputeRequest(executor=self._executor_id, value_ref=value_ref)),
+                                      type_spec)
 
   def set_cardinalities(self, cardinalities) -> None:
     self._computations.clear()

@@ -1,5 +1,6 @@
 """A value sent to a TFF worker as the bytes of its request, each array's data
-copied once.
+copied once, and a computed value read from the bytes of its response, a
+large array's data not copied at all.
 
 TFF's `RemoteExecutor.create_value` builds the request as nested protocol
 buffer messages, and each level copies what it holds: an array's bytes, the
@@ -13,11 +14,20 @@ to the message TFF would have sent (tested); anything that is not an array,
 a dataset, or a federated value or struct of them (scalars, strings,
 computations, Python lists) is TFF's own serialization of it, as one part.
 
+The way back is alike: TFF parses a `Compute` response into messages (a copy
+of an array's bytes), then takes each array's `content` out of its message (a
+second copy), after gRPC's own. `value_from_bytes` walks the response's wire
+format instead and reads an array of at least `VIEW_BYTES` as a NumPy view of
+the response's bytes (read-only, as TFF's are); a smaller one is copied, so
+keeping it does not keep a whole response alive. Anything but arrays, structs
+and federated values is parsed by TFF, as are scalars and strings.
+
 `BytesStub` is TFF's gRPC stub with a `create_value_bytes` that sends such a
-request; `computation_cache`'s executor uses it when its stub is one.
+request and a `compute_bytes` that returns the response's bytes;
+`computation_cache`'s executor uses them when its stub is one.
 """
 
-from typing import Any, List, Union
+from typing import Any, Iterator, List, Tuple, Union
 
 import grpc
 import numpy as np
@@ -36,6 +46,10 @@ from tensorflow_federated.python.core.impl.types import type_serialization
 
 Part = Union[bytes, memoryview]
 READY_WAIT_SECONDS = 0.1
+# A computed array of at least this many bytes is read as a view of its
+# response; a smaller one is copied out of it.
+VIEW_BYTES = 1 << 20
+_LENGTH_DELIMITED = 2
 
 
 def _varint(number: int) -> bytes:
@@ -47,12 +61,16 @@ def _varint(number: int) -> bytes:
   return bytes(out)
 
 
+def _number(message, name: str) -> int:
+  """The field number of `name` in `message` (a message class)."""
+  return message.DESCRIPTOR.fields_by_name[name].number
+
+
 def _field(message, name: str, parts: List[Part]) -> List[Part]:
   """A length-delimited field `name` of `message` (a message class) holding
   `parts`: its header, then the parts."""
-  number = message.DESCRIPTOR.fields_by_name[name].number
   size = sum(len(p) for p in parts)
-  return [_varint((number << 3) | 2) + _varint(size)] + parts
+  return [_varint((_number(message, name) << 3) | _LENGTH_DELIMITED) + _varint(size)] + parts
 
 
 def _array_parts(value: np.ndarray, type_spec: tff.TensorType) -> List[Part]:
@@ -120,9 +138,103 @@ def create_value_request(executor: executor_pb2.ExecutorId, value: Any,
       + _field(executor_pb2.CreateValueRequest, "value", value_parts(value, type_spec)))
 
 
+def _read_varint(data: memoryview, at: int) -> Tuple[int, int]:
+  """(the varint at `at`, where the next field part starts)."""
+  number, shift = 0, 0
+  while True:
+    byte = data[at]
+    number |= (byte & 0x7F) << shift
+    at, shift = at + 1, shift + 7
+    if byte < 0x80:
+      return number, at
+
+
+def _fields(data: memoryview) -> Iterator[Tuple[int, memoryview, memoryview]]:
+  """(number, value, the whole field) of each field of a message's wire
+  format, as views of `data`: a length-delimited value without its length."""
+  at = 0
+  while at < len(data):
+    start = at
+    tag, at = _read_varint(data, at)
+    wire_type = tag & 7
+    if wire_type == 0:
+      end = _read_varint(data, at)[1]
+    elif wire_type == _LENGTH_DELIMITED:
+      size, at = _read_varint(data, at)
+      end = at + size
+    elif wire_type in (1, 5):  # 64- and 32-bit fixed width.
+      end = at + (8 if wire_type == 1 else 4)
+    else:
+      raise ValueError(f"wire type {wire_type} in a TFF value's bytes")
+    yield tag >> 3, data[at:end], data[start:end]
+    at = end
+
+
+def _members(data: memoryview, number: int) -> List[memoryview]:
+  return [value for field, value, _ in _fields(data) if field == number]
+
+
+def _content_array(data: memoryview, type_spec: tff.TensorType):
+  """The value of an `Array` message held as its bytes (`content`), None if
+  TFF reads it otherwise (a scalar, strings)."""
+  if type_spec.dtype.type is np.str_ or array_shape.is_shape_scalar(type_spec.shape):
+    return None
+  header, content = [], None
+  for number, value, whole in _fields(data):
+    if number == _number(array_pb2.Array, "content"):
+      content = value
+    else:
+      header.append(whole)
+  header = array_pb2.Array.FromString(b"".join(header))
+  shape = array_shape.from_proto(header.shape)
+  if content is None or array_shape.is_shape_scalar(shape):
+    return None
+  value = np.frombuffer(content, dtype_utils.from_proto(header.dtype))
+  return (value if value.nbytes >= VIEW_BYTES else value.copy()).reshape(shape)
+
+
+def value_from_bytes(data: memoryview, type_spec: tff.types.Type) -> Any:
+  """The value of a serialized `executor_pb2.Value` of `type_spec`, as TFF's
+  `deserialize_value` gives it, a large array a view of `data` (module
+  docstring)."""
+  (which, body, _), = _fields(data)  # A `Value` is one of its kinds.
+  if isinstance(type_spec, tff.TensorType) and which == _number(executor_pb2.Value, "array"):
+    value = _content_array(body, type_spec)
+    if value is not None:
+      return value
+  elif isinstance(type_spec, tff.StructType) and which == _number(executor_pb2.Value,
+                                                                   "struct"):
+    element = executor_pb2.Value.Struct.Element
+    elements = _members(body, _number(executor_pb2.Value.Struct, "element"))
+    if len(elements) == len(type_spec):
+      named = []
+      for element_bytes, element_type in zip(elements, type_spec):
+        fields = {number: value for number, value, _ in _fields(element_bytes)}
+        name = str(fields.get(_number(element, "name"), b""), "utf-8") or None
+        named.append((name, value_from_bytes(fields[_number(element, "value")],
+                                             element_type)))
+      return structure.Struct(named)
+  elif isinstance(type_spec, tff.FederatedType) and which == _number(executor_pb2.Value,
+                                                                     "federated"):
+    members = _members(body, _number(executor_pb2.Value.Federated, "value"))
+    if members:  # TFF's error otherwise.
+      if type_spec.all_equal:  # TFF reads the first alone.
+        return value_from_bytes(members[0], type_spec.member)
+      return [value_from_bytes(m, type_spec.member) for m in members]
+  return value_serialization.deserialize_value(
+      executor_pb2.Value.FromString(bytes(data)), type_spec)[0]
+
+
+def computed_value(response: bytes, type_spec: tff.types.Type) -> Any:
+  """The value of a serialized `executor_pb2.ComputeResponse` (`value_from_bytes`)."""
+  value, = _members(memoryview(response), _number(executor_pb2.ComputeResponse, "value"))
+  return value_from_bytes(value, type_spec)
+
+
 class BytesStub(tff.framework.RemoteExecutorGrpcStub):
   """TFF's stub of a worker's executor service over `channel`, which also
-  sends a `CreateValue` request already serialized (`create_value_bytes`).
+  sends a `CreateValue` request already serialized (`create_value_bytes`)
+  and gives a `Compute` response as its bytes (`compute_bytes`).
 
   TFF's stub subscribes to the channel's state for the channel's life, and
   gRPC polls a subscribed channel in a thread of its own five times a second:
@@ -133,12 +245,15 @@ class BytesStub(tff.framework.RemoteExecutorGrpcStub):
   def __init__(self, channel: grpc.Channel):  # pylint: disable=super-init-not-called
     self._channel = channel
     self._stub = executor_pb2_grpc.ExecutorGroupStub(channel)
-    method = executor_pb2.DESCRIPTOR.services_by_name["ExecutorGroup"].methods_by_name[
-        "CreateValue"]
+    service = executor_pb2.DESCRIPTOR.services_by_name["ExecutorGroup"].full_name
     self._create_value_bytes = channel.unary_unary(
-        f"/{method.containing_service.full_name}/{method.name}",
+        f"/{service}/CreateValue",
         request_serializer=None,
         response_deserializer=executor_pb2.CreateValueResponse.FromString)
+    self._compute_bytes = channel.unary_unary(
+        f"/{service}/Compute",
+        request_serializer=executor_pb2.ComputeRequest.SerializeToString,
+        response_deserializer=None)
 
   @property
   def is_ready(self) -> bool:
@@ -155,3 +270,7 @@ class BytesStub(tff.framework.RemoteExecutorGrpcStub):
   def create_value_bytes(self, request: bytes) -> executor_pb2.CreateValueResponse:
     """`create_value` of a serialized request, its errors as TFF raises them."""
     return remote_executor_grpc_stub._request(self._create_value_bytes, request)  # pylint: disable=protected-access
+
+  def compute_bytes(self, request: executor_pb2.ComputeRequest) -> bytes:
+    """The serialized `ComputeResponse` of `request`, its errors as TFF raises them."""
+    return remote_executor_grpc_stub._request(self._compute_bytes, request)  # pylint: disable=protected-access
