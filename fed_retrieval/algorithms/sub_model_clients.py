@@ -146,9 +146,14 @@ class ClientRound:
     self.bagged = spec.bag is not None
     # Sharded with a bag: the bag rows the worker holds are an argument of
     # their own, and which of them the call reads and their keys go with the
-    # tower (`sub_model_answers.CallBag`).
+    # tower (`sub_model_answers.CallBag`). They are held at the clients, all
+    # equal, not at the server: TFF's C++ worker broadcasts a server value by
+    # serializing it and parsing it anew, each call. At 4,000 clients at
+    # Amazon-670K's shape that was ~200k of a worker's 450-500k page faults a
+    # round, and 0.8 of its 1.25-1.29 system CPU s (one worker; one-off).
     self.call_bag = self.bagged and spec.sharded
-    self.worker_bag_type = tff.FederatedType(tensor_type([None, bag_dim]), tff.SERVER)
+    self.worker_bag_type = tff.FederatedType(tensor_type([None, bag_dim]), tff.CLIENTS,
+                                             all_equal=True)
     dense_type = tff.StructWithPythonType([tensor_type(s) for s in dense_shapes], list)
     if spec.whole_table:
       self.broadcast_type = tff.StructWithPythonType(
@@ -327,9 +332,9 @@ class ClientRound:
     return tff.federated_aggregate(rows, empty(), add, add, identity)
 
   def build(self, data_type) -> Any:
-    """TFF: (broadcast @SERVER, [the worker's bag rows @SERVER: sharded with a
-    bag,] [answers @CLIENTS,] [bag keys @CLIENTS: sharded with a bag,] data
-    @CLIENTS) -> (mean dense delta (DP: sum), loss sum, examples @SERVER[,
+    """TFF: (broadcast @SERVER, [the worker's bag rows @CLIENTS, all equal:
+    sharded with a bag,] [answers @CLIENTS,] [bag keys @CLIENTS: sharded with
+    a bag,] data @CLIENTS) -> (mean dense delta (DP: sum), loss sum, examples @SERVER[,
     uploads @CLIENTS][, the call's bag sums @SERVER: sharded with a bag])."""
     private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
     train = (tf.function(self.train_shard, autograph=False) if self.spec.sharded
@@ -378,7 +383,7 @@ class ClientRound:
                                  answers_at_clients, self.bag_keys_type, data_at_clients)
       def bag_round(broadcast, worker_bag, answers, bag_keys, data):
         return summed(tff.federated_map(bag_update, (
-            tff.federated_broadcast(broadcast), tff.federated_broadcast(worker_bag),
+            tff.federated_broadcast(broadcast), worker_bag,
             answers, bag_keys, data)))
 
       return bag_round
