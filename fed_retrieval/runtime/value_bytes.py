@@ -20,7 +20,11 @@ second copy), after gRPC's own. `value_from_bytes` walks the response's wire
 format instead and reads an array of at least `VIEW_BYTES` as a NumPy view of
 the response's bytes (read-only, as TFF's are); a smaller one is copied, so
 keeping it does not keep a whole response alive. Anything but arrays, structs
-and federated values is parsed by TFF, as are scalars and strings.
+and federated values is parsed by TFF, as are scalars and strings. A
+[130000, 64] float32 value sent to one local worker and computed back took
+the driver 21.6-24.4 CPU ms instead of 26.6-27.1 (20 calls each way, two
+runs, alternated; one-off); a 4,000-client round's driver did not move
+beyond its sittings' spread.
 
 `BytesStub` is TFF's gRPC stub with a `create_value_bytes` that sends such a
 request and a `compute_bytes` that returns the response's bytes;
