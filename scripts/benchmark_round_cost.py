@@ -13,6 +13,8 @@ sitting. With --sittings=N the configurations run in turn N times, so a
 machine's drift falls on each alike: the ratios are the median of the
 sittings' own (each sitting's seconds and ratios are printed; "runs" are the
 first sitting's).
+Each configuration's timed rounds follow --warmup_rounds untimed ones, by
+default as many as the most workers of --local_workers.
 On several workers each run states the CPU seconds a round of the driver
 and of each worker, and a digest of the weights (the same on any number of
 workers); with --local_spreadout_shards, of each shard of FedAwS's index.
@@ -54,7 +56,12 @@ _NUM_FEATURES = flags.DEFINE_integer("num_features", 20_000, "Sparse input featu
 _CLIENTS = flags.DEFINE_integer("clients_per_round", 100, "Clients in the round.")
 _CLASSES_PER_CLIENT = flags.DEFINE_integer("classes_per_client", 10,
                                            "Classes of each client's points.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds after one warm-up.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds after the warm-up's.")
+_WARMUP_ROUNDS = flags.DEFINE_integer(
+    "warmup_rounds", None,
+    "Untimed rounds first (default: the most of --local_workers): a worker's CPU "
+    "a call falls over its first calls, and on N workers each takes 1/N of a "
+    "round's calls. Every configuration warms up alike, so their weights compare.")
 _SPREADOUT_SEARCH = flags.DEFINE_enum(
     "spreadout_search", "exact", list(class_neighbours.SEARCHES),
     "FedAwS: how the spreadout finds each class's neighbours (exact: every class "
@@ -95,6 +102,15 @@ def _counts(holder: flags.FlagHolder, least: int) -> list:
   return counts
 
 
+def _warmup_rounds() -> int:
+  """--warmup_rounds, by default the most workers of --local_workers."""
+  rounds = _WARMUP_ROUNDS.value
+  rounds = max(_counts(_LOCAL_WORKERS, 1)) if rounds is None else rounds
+  if rounds < 1:
+    raise ValueError(f"--warmup_rounds must be >= 1, got {rounds}")
+  return rounds
+
+
 def _report(num_classes: int, workers: int, shards: int) -> dict:
   """The report of one configuration, in this process."""
   return round_cost_benchmark.round_benchmark(
@@ -102,7 +118,7 @@ def _report(num_classes: int, workers: int, shards: int) -> dict:
       _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
       repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value, workers=workers,
       client_shards=_CLIENT_SHARDS.value, spreadout_shards=shards,
-      one_call_at_a_time=_ONE_CALL_AT_A_TIME.value)
+      one_call_at_a_time=_ONE_CALL_AT_A_TIME.value, warmup_rounds=_warmup_rounds())
 
 
 def _in_child(num_classes: int, workers: int, shards: int) -> dict:
@@ -140,6 +156,7 @@ def main(argv) -> None:
                     for s in _counts(_SPREADOUT_SHARDS, 0)]
   if _SITTINGS.value < 1:
     raise ValueError(f"--sittings must be >= 1, got {_SITTINGS.value}")
+  _warmup_rounds()  # Refused before any configuration runs.
   if len(configurations) == 1 and _SITTINGS.value == 1:
     report = _report(*configurations[0])
   else:

@@ -132,9 +132,24 @@ def test_workers_taking_their_calls_in_turn_train_as_at_once():
   assert in_turn["weights_sha1"] == at_once["weights_sha1"]
   assert in_turn["one_call_at_a_time"] and "one_call_at_a_time" not in at_once
   assert len(in_turn["cpu_seconds_per_round"]["workers"]) == 2
+  assert at_once["warmup_rounds"] == 2  # By default, the most workers.
 
 
-def test_no_sittings_is_refused_by_flag():
-  result = run_module("scripts.benchmark_round_cost", "--sittings=0")
+def test_warmup_rounds_train_as_the_timed_ones():
+  """Two untimed rounds and one timed end where one untimed and two timed do."""
+  flags = ["--algorithm=fedaws", "--num_classes=300", "--spreadout_search=approximate"]
+  two_warm = benchmark(*flags, "--warmup_rounds=2")
+  one_warm = benchmark(*flags, "--repeats=2")
+  assert (two_warm["warmup_rounds"], one_warm["warmup_rounds"]) == (2, 1)
+  assert two_warm["weights_sha1"] == one_warm["weights_sha1"]
+  three_rounds = benchmark(*flags, "--warmup_rounds=3")
+  assert three_rounds["weights_sha1"] != one_warm["weights_sha1"]
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--sittings=0", "--sittings must be >= 1"),
+    ("--warmup_rounds=0", "--warmup_rounds must be >= 1")])
+def test_no_sittings_or_warmup_is_refused_by_flag(flag, message):
+  result = run_module("scripts.benchmark_round_cost", flag)
   assert result.returncode == 2
-  assert "--sittings must be >= 1" in result.stderr
+  assert message in result.stderr

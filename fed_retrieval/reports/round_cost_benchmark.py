@@ -5,8 +5,8 @@ A client's work and traffic depend on its key set (its classes, plus FedSS's
 sampled negatives), not on the number of classes; the server holds the whole
 table. The benchmark builds random clients (each with `classes_per_client`
 classes and `points_per_client` points of `FEATURES_PER_POINT` random sparse
-features), runs one warm-up round of the algorithm's process and times
-`repeats` more. Memory is the peak RSS of the whole process tree during the
+features), runs `warmup_rounds` rounds of the algorithm's process untimed
+and times `repeats` more. Memory is the peak RSS of the whole process tree during the
 rounds (`process_memory.ProcessTreePeak`: the Python process and the TFF
 worker, where the computations run); run one configuration per process, as
 `scripts.benchmark_round_cost` does.
@@ -140,12 +140,18 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                     batch_size: int = 16, repeats: int = 3, seed: int = 0,
                     spreadout_search: str = "exact", workers: int = 1,
                     client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS,
-                    spreadout_shards: int = 0, one_call_at_a_time: bool = False
-                    ) -> Dict[str, Any]:
+                    spreadout_shards: int = 0, one_call_at_a_time: bool = False,
+                    warmup_rounds: int = 1) -> Dict[str, Any]:
   """The figures of `repeats` timed rounds of `algorithm` (small architecture);
   bytes are the client with the most features' (`bag`: selected or whole).
   The clients are computed as a run computes them: in `client_shards` shards
   (`round_calls.round_datasets`; 0: a TFF client each).
+  The first `warmup_rounds` rounds are not timed: the first traces and
+  compiles, and a worker's CPU a call falls over its first calls, while on N
+  workers each takes 1/N of a round's calls (at Amazon-670K's shape, 4,000
+  clients, the index on 3 shards: on 3 workers the busiest took 3.5 CPU s in
+  the second round and 2.7-3.1 in each of the six after; one worker took
+  6.4-6.7 from the second on; one-off, by each round's /proc clocks).
   On `workers` local TFF workers (`tff_runtime.several_local_workers`; with
   `one_call_at_a_time`, taking their calls in turn), the CPU seconds a round
   of this process (the driver, without the memory sampler's thread, stated
@@ -162,6 +168,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                      f"got '{algorithm}'")
   if workers < 1:
     raise ValueError(f"--workers must be >= 1, got {workers}")
+  if warmup_rounds < 1:
+    raise ValueError(f"--warmup_rounds must be >= 1, got {warmup_rounds}")
   if spreadout_shards and (algorithm != "fedaws" or spreadout_search != "approximate"):
     raise ValueError("--local_spreadout_shards: FedAwS with --spreadout_search="
                      "approximate only")
@@ -189,7 +197,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
     finally:
       class_neighbours.use_remote_shards([])  # The process holds its shards.
     state = process.initialize()
-    state = process.next(state, data).state  # Warm-up: traces and compiles.
+    for _ in range(warmup_rounds):
+      state = process.next(state, data).state
     seconds, cpu_before = [], [_cpu_seconds(p) for p in processes]
     sampler_before = peak.sampler_cpu_seconds()
     for _ in range(repeats):
@@ -212,7 +221,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
       spreadout["spreadout_neighbours"] = _spreadout_neighbours(
           model, clients, state["table"], seed)
   return {"algorithm": algorithm, "bag": "whole" if oracle else bag, **spreadout,
-          "num_classes": num_classes, "workers": workers,
+          "num_classes": num_classes, "workers": workers, "warmup_rounds": warmup_rounds,
           **({"one_call_at_a_time": True} if one_call_at_a_time and workers > 1 else {}),
           **({"spreadout_shards": spreadout_shards} if spreadout_shards else {}),
           "cpu_seconds_per_round": {
