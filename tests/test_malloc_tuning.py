@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from fed_retrieval.runtime import malloc_tuning
+from fed_retrieval.runtime import worker_threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,6 +50,7 @@ def test_worker_environment_adds_the_settings_unless_any_is_set(monkeypatch):
   assert environment["MALLOC_MMAP_THRESHOLD_"] == str(32 * 1024 * 1024)
   assert environment["MALLOC_TRIM_THRESHOLD_"] == str(256 * 1024 * 1024)
   assert environment["MALLOC_TOP_PAD_"] == str(256 * 1024 * 1024)
+  assert environment["MALLOC_ARENA_MAX"] == str(worker_threads.available_cores())
   assert environment["PATH"] == os.environ["PATH"]
   monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "0")  # The user's choice wins.
   environment = malloc_tuning.worker_environment()
