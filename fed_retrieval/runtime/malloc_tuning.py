@@ -22,7 +22,7 @@ in each process's RSS, and in each malloc arena: glibc gives threads that
 contend for malloc arenas of their own, up to 8 a core. At most one a core
 (`M_ARENA_MAX`) took the process tree's peak from 4.7 to 4.3 GB on one worker
 and from 7.5 to 6.4 GB on three (4,000 clients at Amazon-670K's shape, the
-index on 3 shards, 5 rounds; over 10 rounds on three, 8.0 -> 6.6 GB), the
+index on 3 shards, 5 rounds; over 10 rounds on three, 8.0 -> 7.1 GB), the
 CPU seconds alike (side by side, one run each), and FedAwS's default
 benchmark round (100 clients, 10k classes) 0.126-0.133 -> 0.123-0.125 s.
 
