@@ -56,7 +56,7 @@ _NUM_FEATURES = flags.DEFINE_integer("num_features", 20_000, "Sparse input featu
 _CLIENTS = flags.DEFINE_integer("clients_per_round", 100, "Clients in the round.")
 _CLASSES_PER_CLIENT = flags.DEFINE_integer("classes_per_client", 10,
                                            "Classes of each client's points.")
-_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds after the warm-up's.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed rounds after the warm-up rounds.")
 _WARMUP_ROUNDS = flags.DEFINE_integer(
     "warmup_rounds", None,
     "Untimed rounds first (default: the most of --local_workers): a worker's CPU "

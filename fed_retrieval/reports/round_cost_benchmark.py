@@ -6,8 +6,8 @@ sampled negatives), not on the number of classes; the server holds the whole
 table. The benchmark builds random clients (each with `classes_per_client`
 classes and `points_per_client` points of `FEATURES_PER_POINT` random sparse
 features), runs `warmup_rounds` rounds of the algorithm's process untimed
-and times `repeats` more. Memory is the peak RSS of the whole process tree during the
-rounds (`process_memory.ProcessTreePeak`: the Python process and the TFF
+and times `repeats` more. Memory is the peak RSS of the whole process tree
+during the rounds (`process_memory.ProcessTreePeak`: the Python process and the TFF
 worker, where the computations run); run one configuration per process, as
 `scripts.benchmark_round_cost` does.
 """
@@ -141,14 +141,15 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                     spreadout_search: str = "exact", workers: int = 1,
                     client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS,
                     spreadout_shards: int = 0, one_call_at_a_time: bool = False,
-                    warmup_rounds: int = 1) -> Dict[str, Any]:
+                    warmup_rounds: Optional[int] = None) -> Dict[str, Any]:
   """The figures of `repeats` timed rounds of `algorithm` (small architecture);
   bytes are the client with the most features' (`bag`: selected or whole).
   The clients are computed as a run computes them: in `client_shards` shards
   (`round_calls.round_datasets`; 0: a TFF client each).
-  The first `warmup_rounds` rounds are not timed: the first traces and
-  compiles, and a worker's CPU a call falls over its first calls, while on N
-  workers each takes 1/N of a round's calls (at Amazon-670K's shape, 4,000
+  The first `warmup_rounds` rounds (default: `workers`) are not timed: the
+  first traces and compiles, and a worker's CPU a call falls over its first
+  calls, while on N workers each takes 1/N of a round's calls (at
+  Amazon-670K's shape, 4,000
   clients, the index on 3 shards: on 3 workers the busiest took 3.5 CPU s in
   the second round and 2.7-3.1 in each of the six after; one worker took
   6.4-6.7 from the second on; one-off, by each round's /proc clocks).
@@ -168,6 +169,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                      f"got '{algorithm}'")
   if workers < 1:
     raise ValueError(f"--workers must be >= 1, got {workers}")
+  warmup_rounds = workers if warmup_rounds is None else warmup_rounds
   if warmup_rounds < 1:
     raise ValueError(f"--warmup_rounds must be >= 1, got {warmup_rounds}")
   if spreadout_shards and (algorithm != "fedaws" or spreadout_search != "approximate"):
