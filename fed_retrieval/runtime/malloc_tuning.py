@@ -26,20 +26,17 @@ index on 3 shards, 5 rounds; over 10 rounds on three, 8.0 -> 7.1 GB), the
 CPU seconds alike (side by side, one run each), and FedAwS's default
 benchmark round (100 clients, 10k classes) 0.126-0.133 -> 0.123-0.125 s.
 
-The driving process also maps no allocation of its own (`M_MMAP_MAX` 0,
-`DRIVER_SETTINGS`): 32 MB is glibc's largest mmap threshold, and at
+The driving process also maps no allocation of its own (`DRIVER_SETTINGS`:
+`M_MMAP_MAX` 0). 32 MB is glibc's largest mmap threshold, and at
 Amazon-670K's shape each call's bag sums arrive as a 35 MB response and the
-171 MB table is copied each round, each then mapped afresh and its pages
-faulted in and zeroed: a quarter of the driver's CPU (perf). From the heap,
-the driver's CPU a round went from 1.04-1.41 s (median 1.17) to 0.84-0.90
-(median 0.87) on 3 workers, the index on 3 shards, 4,000 clients (four runs
-each, alternated; on one worker 0.94 against 0.90-0.99, within the noise).
-The driver keeps ~0.25 GB more (2.7-2.8 -> 2.9-3.1 GB over 10 rounds, the
-tree's peak 7.1 -> 7.3 GB). Rounds that move less did not change beyond the
-noise: FedAwS's default benchmark round 0.131 -> 0.138 s (medians of 14
-alternated runs, each the faster of its pair 8 and 6 times), FedAwS on
-Bibtex and Delicious and ml-latest-small's runs. Not in the workers: there it took the tree up by
-0.8-1.35 GB to save 8% of their CPU.
+171 MB table is copied each round: each was mapped afresh and faulted in, a
+quarter of the driver's CPU (perf). From the heap, the driver took 0.84-0.90
+CPU s a round instead of 1.04-1.41 on 3 workers (4,000 clients, the index on
+3 shards; four alternated runs each; on one worker within the noise) and
+keeps ~0.25 GB more (the tree over 10 rounds 7.1 -> 7.3 GB); smaller rounds
+(FedAwS's default benchmark round, 14 alternated runs each; the real data
+sets' runs) did not move beyond the noise. The workers still map theirs:
+from the heap they cost the tree 0.8-1.35 GB more for 8% of their CPU.
 
 The driving process is tuned with `mallopt` when it connects to a worker; a
 worker this project starts gets `SETTINGS` through glibc's environment
