@@ -26,14 +26,15 @@ index on 3 shards, 5 rounds; over 10 rounds on three, 8.0 -> 7.1 GB), the
 CPU seconds alike (side by side, one run each), and FedAwS's default
 benchmark round (100 clients, 10k classes) 0.126-0.133 -> 0.123-0.125 s.
 
-The driving process also maps no allocation of its own (`DRIVER_SETTINGS`:
-`M_MMAP_MAX` 0). 32 MB is glibc's largest mmap threshold, and at
+The driving process also maps no allocation of its own (`M_MMAP_MAX` 0 in
+`DRIVER_SETTINGS`). 32 MB is glibc's largest mmap threshold, and at
 Amazon-670K's shape each call's bag sums arrive as a 35 MB response and the
 171 MB table is copied each round: each was mapped afresh and faulted in, a
 quarter of the driver's CPU (perf). From the heap, the driver took 0.84-0.90
 CPU s a round instead of 1.04-1.41 on 3 workers (4,000 clients, the index on
 3 shards; four alternated runs each; on one worker within the noise) and
-keeps ~0.25 GB more (the tree over 10 rounds 7.1 -> 7.3 GB); smaller rounds
+keeps ~0.25 GB more (the tree over 10 rounds 7.1 -> 7.3 GB; one-off, by each
+process's RSS after each round); smaller rounds
 (FedAwS's default benchmark round, 14 alternated runs each; the real data
 sets' runs) did not move beyond the noise. The workers still map theirs:
 from the heap they cost the tree 0.8-1.35 GB more for 8% of their CPU.
@@ -65,13 +66,14 @@ SETTINGS = {  # name: (mallopt parameter, value); the driver's and the workers'.
     "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, 256 * 1024 * 1024),
     "MALLOC_TOP_PAD_": (_M_TOP_PAD, 256 * 1024 * 1024),
 }
-DRIVER_SETTINGS = {"MALLOC_MMAP_MAX_": (_M_MMAP_MAX, 0)}  # The driver's alone.
+# The driver's: the workers' and, its alone, no allocation mapped.
+DRIVER_SETTINGS = {**SETTINGS, "MALLOC_MMAP_MAX_": (_M_MMAP_MAX, 0)}
 
 _tuned = False
 
 
 def _user_set(environment: Dict[str, str]) -> bool:
-  return any(name in environment for name in {**SETTINGS, **DRIVER_SETTINGS})
+  return any(name in environment for name in DRIVER_SETTINGS)
 
 
 def _is_glibc() -> bool:
@@ -88,16 +90,16 @@ def worker_environment() -> Dict[str, str]:
 
 
 def tune_this_process() -> bool:
-  """Applies `SETTINGS` and `DRIVER_SETTINGS` to this process's malloc (once;
-  glibc only, and not when the environment sets any). Returns whether they
-  are in effect."""
+  """Applies `DRIVER_SETTINGS` to this process's malloc (once; glibc only, and
+  not when the environment sets any of them). Returns whether they are in
+  effect."""
   global _tuned
   if _tuned:
     return True
   if _user_set(os.environ) or not _is_glibc():
     return False
   libc = ctypes.CDLL(None)
-  for name, (parameter, value) in {**SETTINGS, **DRIVER_SETTINGS}.items():
+  for name, (parameter, value) in DRIVER_SETTINGS.items():
     if libc.mallopt(parameter, value) != 1:
       logging.warning("mallopt(%s=%d) was refused; malloc keeps its default", name, value)
       return False
