@@ -149,10 +149,10 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   The first `warmup_rounds` rounds (default: `workers`) are not timed: the
   first traces and compiles, and a worker's CPU a call falls over its first
   calls, while on N workers each takes 1/N of a round's calls (at
-  Amazon-670K's shape, 4,000
-  clients, the index on 3 shards: on 3 workers the busiest took 3.5 CPU s in
-  the second round and 2.7-3.1 in each of the six after; one worker took
-  6.4-6.7 from the second on; one-off, by each round's /proc clocks).
+  Amazon-670K's shape, 4,000 clients, the index on 3 shards: on 3 workers the
+  busiest took 3.5 CPU s in the second round and 2.7-3.1 in each of the six
+  after; one worker took 6.4-6.7 from the second on; one-off, by each
+  round's /proc clocks).
   On `workers` local TFF workers (`tff_runtime.several_local_workers`; with
   `one_call_at_a_time`, taking their calls in turn), the CPU seconds a round
   of this process (the driver, without the memory sampler's thread, stated
