@@ -17,6 +17,7 @@ import pytest
 from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.runtime import array_service
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.runtime import wire_bytes
 from tests.script_runs import results_of
 from tests.script_runs import run_module
 from tests.script_runs import start_module
@@ -53,6 +54,18 @@ def test_arrays_of_every_number_type_and_shape_go_and_come_back(served):
   assert [s.tolist() for s in shapes] == [[], [0, 3], [2, 3, 4], [2, 3]]
   (same,) = remote.call("add", arrays[3], np.uint8(0))
   assert same.dtype == np.uint8 and same.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_a_calls_bytes_are_counted_as_its_servers_each_way(served):
+  """Each message: a 4-byte length, a JSON header of under 100 bytes here, then
+  the arrays' bytes."""
+  remote = array_service.RemoteObject(served, "test service", "test")
+  rows, scale = np.ones((1000, 3), np.float32), np.float32(2.0)
+  before = wire_bytes.totals()
+  remote.call("add", rows, scale)
+  sent, received = wire_bytes.between(before, wire_bytes.totals(), served)
+  assert rows.nbytes + 4 + 4 < sent < rows.nbytes + 4 + 4 + 100
+  assert rows.nbytes + 4 < received < rows.nbytes + 4 + 100
 
 
 def test_an_unserved_method_is_an_error_naming_it_and_the_connection_lives_on(served):

@@ -15,6 +15,7 @@ from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.impl.executors import value_serialization
 
 from fed_retrieval.runtime import value_bytes
+from fed_retrieval.runtime import wire_bytes
 from fed_retrieval.runtime import worker_values
 
 EXECUTOR = executor_pb2.ExecutorId(id="executor1")
@@ -179,6 +180,30 @@ def test_the_worker_computes_on_values_sent_as_bytes(tff_context, monkeypatch):
   np.testing.assert_array_equal(np.stack(result), [rows[p].sum(axis=0) for p in picks])
   assert sent and sent[0] >= rows.nbytes  # The rows went as bytes.
   assert len(received) == 1  # And the sums came back as bytes.
+
+
+@tff.tensorflow.computation(ROWS)
+def _doubled(rows):
+  return rows * 2.0
+
+
+@tff.federated_computation(tff.FederatedType(ROWS, tff.CLIENTS))
+def _doubled_at_clients(rows):
+  return tff.federated_map(_doubled, rows)
+
+
+def test_a_workers_calls_are_counted_at_their_bytes_each_way(tff_context):
+  """1.2 MB of rows sent and their double back: each way that and the calls'
+  small messages (their ids, the computation once), by the worker's address."""
+  rows = np.ones((100_000, 3), np.float32)
+  before = wire_bytes.totals()
+  held = worker_values.created(None, [rows], _doubled_at_clients.type_signature.parameter,
+                               clients=1)
+  (doubled,) = worker_values.invoke(None, _doubled_at_clients, held)
+  np.testing.assert_array_equal(doubled, 2 * rows)
+  sent, received = wire_bytes.between(before, wire_bytes.totals(), tff_context.address)
+  assert rows.nbytes < sent < rows.nbytes + 10_000
+  assert rows.nbytes < received < rows.nbytes + 1_000
 
 
 def test_the_stub_never_subscribes_to_its_channels_state():

@@ -28,6 +28,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import portpicker
 
+from fed_retrieval.runtime import wire_bytes
+
 HEARTBEAT_SECONDS = 10.0
 _CONNECT_SECONDS = 30.0
 _STARTUP_SECONDS = 60.0
@@ -72,16 +74,23 @@ def _ready(sock: socket.socket, writing: bool, seconds: Optional[float]) -> bool
 
 class _Connection:
   """A non-blocking socket sending and receiving messages; `wait(sock,
-  writing)` returns once the socket is ready (the caller's liveness rule)."""
+  writing)` returns once the socket is ready (the caller's liveness rule).
+  Given the peer's `address`, the messages' bytes are counted (`wire_bytes`)."""
 
-  def __init__(self, sock: socket.socket, wait: Callable[[socket.socket, bool], None]):
+  def __init__(self, sock: socket.socket, wait: Callable[[socket.socket, bool], None],
+               address: Optional[str] = None):
     sock.setblocking(False)
-    self.sock, self._wait = sock, wait
+    self.sock, self._wait, self._address = sock, wait, address
+
+  def _count(self, sent: int, received: int) -> None:
+    if self._address is not None:
+      wire_bytes.add(self._address, sent, received)
 
   def send(self, head: dict, arrays: Sequence[np.ndarray]) -> None:
     arrays = [np.array(a, order="C", copy=False) for a in arrays]  # 0-d stays 0-d.
     head = dict(head, arrays=[[a.dtype.str, list(a.shape)] for a in arrays])
     text = json.dumps(head).encode()
+    self._count(4 + len(text) + sum(a.nbytes for a in arrays), 0)
     for part in [struct.pack("!I", len(text)) + text] + [a.reshape(-1).view(np.uint8)
                                                           for a in arrays]:
       view = memoryview(part).cast("B")
@@ -120,6 +129,7 @@ class _Connection:
       count = int(np.prod(shape, dtype=np.int64))
       arrays.append(np.frombuffer(self._exactly(count * dtype.itemsize), dtype
                                   ).reshape(shape))
+    self._count(0, 4 + size + sum(a.nbytes for a in arrays))
     return head, arrays
 
 
@@ -201,7 +211,7 @@ class RemoteObject:
           if not _ready(sock_, writing, max(deadline - time.monotonic(), 0)):
             raise TimeoutError()
 
-        connection = _Connection(sock, until_deadline)
+        connection = _Connection(sock, until_deadline, self.address)
         connection.send({"method": "ping"}, [])
         connection.receive()
     except (TimeoutError, socket.timeout):
@@ -215,7 +225,7 @@ class RemoteObject:
     if self._connection is not None:
       return
     try:
-      self._connection = _Connection(self._open(_CONNECT_SECONDS), self._wait)
+      self._connection = _Connection(self._open(_CONNECT_SECONDS), self._wait, self.address)
     except OSError as e:
       raise ValueError(f"--{self._flag}: no {self._what} answers at {self.address} "
                        f"({e.strerror or e})") from e

@@ -240,6 +240,11 @@ class LocalWorker:
     return self._process.pid if self._process else None
 
   @property
+  def address(self) -> str:
+    """Where the started worker answers (its calls' bytes counted by it: `wire_bytes`)."""
+    return f"localhost:{self.port}"
+
+  @property
   def running(self) -> bool:
     return self._process is not None and self._process.poll() is None
 
@@ -260,8 +265,8 @@ class LocalWorker:
       if log is not subprocess.DEVNULL:
         log.close()
     atexit.register(self.stop)
-    self._channel = grpc.insecure_channel(f"localhost:{self.port}", _LOCAL_GRPC_OPTIONS)
-    stub = value_bytes.BytesStub(self._channel)
+    self._channel = grpc.insecure_channel(self.address, _LOCAL_GRPC_OPTIONS)
+    stub = value_bytes.BytesStub(self._channel, self.address)
     deadline = time.monotonic() + _STARTUP_TIMEOUT_SECONDS
     while not stub.is_ready:
       if self._process.poll() is not None:
@@ -410,7 +415,7 @@ class RemoteWorkers:
             f"scripts.worker --port={address.rsplit(':', 1)[1]})") from e
       self._channels.append(channel)
       channel.subscribe(functools.partial(self._watch, address), try_to_connect=False)
-      stubs.append(value_bytes.BytesStub(channel))
+      stubs.append(value_bytes.BytesStub(channel, address))
     set_workers_execution_context(stubs)
     self.contexts = [worker_context(stub) for stub in stubs]
     self.connected = True
