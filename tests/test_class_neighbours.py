@@ -1,6 +1,8 @@
 """The nearest classes behind FedAwS's spreadout: the exact search, the inverted
 file kept across rounds, and the spreadout step on either."""
 
+import time
+
 import faiss
 import numpy as np
 import pytest
@@ -85,6 +87,35 @@ def test_moves_placed_in_the_background_fail_at_the_next_search():
   index.moved(table, queries)  # Returns at once: the rows are placed by a thread.
   with pytest.raises(RuntimeError, match="the shard is gone"):
     index.nearest(table, table, queries[:0], queries, 5)
+
+
+class _SlowMoves(class_neighbours.ListShard):
+  """A shard that takes a while to place moved rows, and says when it has."""
+
+  def __init__(self):
+    super().__init__()
+    self.placed = []
+
+  def place(self, generation, ids, rows):
+    time.sleep(0.3)
+    self.placed.append(ids.copy())
+    return super().place(generation, ids, rows)
+
+
+def test_settling_the_moves_waits_until_every_index_placed_its_rows():
+  table = clustered_table(2_000, 8, 20, 0.3, seed=4)
+  shards = [_SlowMoves(), _SlowMoves()]
+  indexes = [class_neighbours.ApproximateNeighbours(table, seed=0, shards=[s]) for s in shards]
+  queries = np.arange(10, dtype=np.int32)
+  for index, shard in zip(indexes, shards):
+    index.nearest(None, table, queries[:0], queries, 5)  # Places every row.
+    shard.placed.clear()
+  for index in indexes:
+    index.moved(table, queries)  # Returns at once: the rows are placed by a thread.
+  assert shards[0].placed == shards[1].placed == []
+  class_neighbours.settle_moves()
+  for shard in shards:
+    np.testing.assert_array_equal(np.concatenate(shard.placed), queries)
 
 
 @pytest.mark.parametrize("spread,least_recall", [(0.3, 0.95), (1.0, 0.85)])
