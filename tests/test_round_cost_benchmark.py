@@ -81,6 +81,13 @@ def test_the_spreadouts_index_on_shard_processes_trains_as_the_index_here():
   check_figures(sharded, "fedaws", "selected", 300)
   assert sharded["weights_sha1"] == here["weights_sha1"]
   assert sharded["memory"]["processes"] == 4  # Python, its TFF worker, two shards.
+  wire, wire_here = sharded["wire_bytes_per_round"], here["wire_bytes_per_round"]
+  assert sorted(wire_here) == ["from_workers", "to_workers"]
+  # The rows each shard moves go to it and their neighbours' ids come back.
+  assert [len(wire[k]) for k in ("to_spreadout_shards", "from_spreadout_shards")] == [2, 2]
+  assert min(wire["to_spreadout_shards"] + wire["from_spreadout_shards"]) > 0
+  # A call's uploads of 4 clients (3 class rows of 64 floats each, at least).
+  assert wire["from_workers"][0] > 4 * 3 * 64 * 4
   assert len(sharded["cpu_seconds_per_round"]["spreadout_shards"]) == 2
   assert "spreadout_shards" not in here["cpu_seconds_per_round"]
   assert (sharded["spreadout_shards"], "spreadout_shards" in here) == (2, False)
@@ -124,6 +131,10 @@ def test_one_and_two_workers_in_sittings_give_the_busiest_workers_median_share()
   one, two = report["runs"]
   assert by_sitting[0][1] == round(max(two["cpu_seconds_per_round"]["workers"]) /
                                    one["cpu_seconds_per_round"]["workers"][0], 3)
+  # One call a round, run on the first worker: the second moves nothing.
+  wire = two["wire_bytes_per_round"]
+  assert wire["to_workers"][1] == wire["from_workers"][1] == 0
+  assert wire["to_workers"][0] > 0 and wire["from_workers"][0] > 0
 
 
 def test_workers_taking_their_calls_in_turn_train_as_at_once():

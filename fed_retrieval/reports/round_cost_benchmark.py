@@ -28,6 +28,7 @@ from fed_retrieval.models import xc_encoder
 from fed_retrieval.runtime import array_service
 from fed_retrieval.runtime import process_memory
 from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.runtime import wire_bytes
 from fed_retrieval.runtime import worker_threads
 from fed_retrieval.training import round_calls
 from fed_retrieval.training.loop_config import LoopConfig
@@ -111,6 +112,19 @@ def _cpu_seconds(process: psutil.Process) -> float:
   return times.user + times.system
 
 
+def _wire_bytes_per_round(before, after, peers: Dict[str, List[str]],
+                          repeats: int) -> Dict[str, List[int]]:
+  """The bytes a round this process sent to (`to_<peer>`) and received from
+  (`from_<peer>`) each of `peers` ({kind: addresses}; `wire_bytes`): on N
+  machines, what each one's link carries, the driver's their sum."""
+  out = {}
+  for kind, addresses in peers.items():
+    sent, received = zip(*(wire_bytes.between(before, after, a) for a in addresses))
+    out[f"to_{kind}"] = [round(s / repeats) for s in sent]
+    out[f"from_{kind}"] = [round(r / repeats) for r in received]
+  return out
+
+
 def _digest(weights) -> str:
   """SHA-1 of the weights' bytes: runs that trained alike to the last bit."""
   digest = hashlib.sha1()
@@ -156,11 +170,12 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   On `workers` local TFF workers (`tff_runtime.several_local_workers`; with
   `one_call_at_a_time`, taking their calls in turn), the CPU seconds a round
   of this process (the driver, without the memory sampler's thread, stated
-  apart) and of each worker, and a digest of the weights after the rounds
-  (equal on any number of workers).
+  apart) and of each worker, the bytes a round to and from each worker
+  (`wire_bytes`: each machine's link), and a digest of the weights after
+  the rounds (equal on any number of workers).
   With `spreadout_shards` (FedAwS, approximate), the index's lists live in
-  as many local `scripts.spreadout_shard` processes, whose CPU seconds a
-  round are stated too.
+  as many local `scripts.spreadout_shard` processes, whose CPU seconds and
+  bytes a round are stated too.
   FedAwS's report adds how its spreadout found neighbours and, when
   approximately, how they compare with the exact search's on the final table,
   for every class the clients hold (`spreadout_neighbours`)."""
@@ -190,9 +205,11 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
        array_service.LocalServers("scripts.spreadout_shard", spreadout_shards,
                                   tff_runtime.prepare_child) as shards, \
        process_memory.ProcessTreePeak() as peak:
-    processes = [psutil.Process()] + [psutil.Process(w.pid) for w in (
-        [started] if workers == 1 else started)] + [
-            psutil.Process(p.pid) for p in shards.processes]
+    worker_list = [started] if workers == 1 else started
+    processes = [psutil.Process()] + [psutil.Process(w.pid) for w in worker_list] + [
+        psutil.Process(p.pid) for p in shards.processes]
+    peers = {"workers": [w.address for w in worker_list],
+             **({"spreadout_shards": shards.addresses} if spreadout_shards else {})}
     class_neighbours.use_remote_shards(shards.addresses)
     try:
       process = build_process()
@@ -201,14 +218,20 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
     state = process.initialize()
     for _ in range(warmup_rounds):
       state = process.next(state, data).state
+    # The spreadout index's rows moved by a round are placed in the
+    # background: the window holds the timed rounds' placements, whole.
+    class_neighbours.settle_moves()
     seconds, cpu_before = [], [_cpu_seconds(p) for p in processes]
+    wire_before = wire_bytes.totals()
     sampler_before = peak.sampler_cpu_seconds()
     for _ in range(repeats):
       start = time.perf_counter()
       state = process.next(state, data).state
       seconds.append(time.perf_counter() - start)
+    class_neighbours.settle_moves()
     cpu = [(_cpu_seconds(p) - before) / repeats
            for p, before in zip(processes, cpu_before)]
+    wire = _wire_bytes_per_round(wire_before, wire_bytes.totals(), peers, repeats)
     # The memory sampler is a thread of this process: not the driver's work.
     sampler = (peak.sampler_cpu_seconds() - sampler_before) / repeats
     cpu[0] -= sampler
@@ -231,6 +254,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
               "workers": [round(c, 3) for c in cpu[1:1 + workers]],
               **({"spreadout_shards": [round(c, 3) for c in cpu[1 + workers:]]}
                  if spreadout_shards else {})},
+          "wire_bytes_per_round": wire,
           "weights_sha1": _digest(weights),
           "num_features": num_features, "clients_per_round": num_clients,
           "tff_clients": len(data),
