@@ -86,8 +86,10 @@ def test_the_spreadouts_index_on_shard_processes_trains_as_the_index_here():
   # The rows each shard moves go to it and their neighbours' ids come back.
   assert [len(wire[k]) for k in ("to_spreadout_shards", "from_spreadout_shards")] == [2, 2]
   assert min(wire["to_spreadout_shards"] + wire["from_spreadout_shards"]) > 0
-  # A call's uploads of 4 clients (3 class rows of 64 floats each, at least).
+  # A call's uploads of 4 clients (3 class rows of 64 floats each, at least),
+  # the same calls wherever the index lives.
   assert wire["from_workers"][0] > 4 * 3 * 64 * 4
+  assert [wire[k] for k in wire_here] == [wire_here[k] for k in wire_here]
   assert len(sharded["cpu_seconds_per_round"]["spreadout_shards"]) == 2
   assert "spreadout_shards" not in here["cpu_seconds_per_round"]
   assert (sharded["spreadout_shards"], "spreadout_shards" in here) == (2, False)
