@@ -24,9 +24,11 @@ def _inputs(examples: Examples, positives_as_input: bool):
 
 class Shard(NamedTuple):
   """Several clients' batches of a round, one client after another, as arrays:
-  what a sharded process's TFF client takes (`algorithms.client_shards`), as a
-  dataset of this one element (`ClientDatasets.shard_dataset`): a while loop
-  slices each batch, with no dataset element to fetch per batch.
+  what a sharded process's TFF client takes, FedAvg's (`algorithms.client_shards`)
+  as a dataset of this one element (`ClientDatasets.shard_dataset`: TFF's
+  learning templates take sequences), a sub-model process's as the arrays
+  themselves (`shard_arrays`); a while loop slices each batch, with no
+  dataset element to fetch per batch.
 
   `examples`: (inputs, labels) of the rows trained on, in order (a row once
   per epoch); batch b is rows `batch_ends[b - 1]:batch_ends[b]` (from 0 for
@@ -51,10 +53,15 @@ def read_shard(dataset: tf.data.Dataset) -> Shard:
   return Shard(*dataset.get_single_element())
 
 
-def shard_clients(dataset: tf.data.Dataset) -> int:
-  """How many clients a shard dataset holds, read eagerly (16 shards of 250
-  clients at Amazon-670K's shape: 3-9 ms here)."""
-  return int(np.sum(read_shard(dataset).starts_client))
+def shard_arrays(dataset: tf.data.Dataset) -> Shard:
+  """The `Shard` a shard dataset holds, as NumPy arrays (read eagerly: 16
+  shards of 250 clients at Amazon-670K's shape, 3-9 ms here)."""
+  return tf.nest.map_structure(np.asarray, read_shard(dataset))
+
+
+def shard_clients(shard: Shard) -> int:
+  """How many clients a `Shard` of arrays holds."""
+  return int(np.sum(shard.starts_client))
 
 
 def shard_batch(shard: Shard, index: tf.Tensor, length: Optional[int] = None):

@@ -85,8 +85,12 @@ def test_a_shard_holds_its_clients_batches_in_turn_each_first_one_marked():
   clients, seeds = ["3", "9", "5"], [7, None, 2]
   dataset = data.shard_dataset(clients, batch_size=2, epochs=2, shuffle_seeds=seeds,
                                max_steps=2)
-  assert client_data.shard_clients(dataset) == 3
   (shard,) = dataset
+  arrays = client_data.shard_arrays(dataset)  # What a sub-model process sends.
+  assert client_data.shard_clients(arrays) == 3
+  for array, tensor in zip(tf.nest.flatten(arrays), tf.nest.flatten(shard)):
+    assert isinstance(array, np.ndarray)
+    np.testing.assert_array_equal(array, tensor)
   expected = [batch for client, seed in zip(clients, seeds)
               for batch in data.training_dataset(client, 2, 2, seed, 2).as_numpy_iterator()]
   assert len(expected) == 2 + 2 + 1

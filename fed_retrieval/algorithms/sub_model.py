@@ -379,11 +379,10 @@ class SubModelProcess:
             state, weights, [-d for d in mean_deltas]))
     self._initial_tower = [np.asarray(w, np.float32) for w in spec.initial_tower]
     self._initial_table = np.asarray(spec.initial_table, np.float32)
-    # A client's batches, or a shard's (`client_data.Shard`).
-    data_type = tff.SequenceType(
-        tff.types.tensorflow_to_type(client_data.shard_spec(
-            tff.types.type_to_tf_tensor_specs(tff.types.to_type(spec.batch_type))))
-        if spec.sharded else spec.batch_type)
+    # A client's batches, or a shard's arrays (`client_data.Shard`).
+    data_type = (tff.types.tensorflow_to_type(client_data.shard_spec(
+        tff.types.type_to_tf_tensor_specs(tff.types.to_type(spec.batch_type))))
+                 if spec.sharded else tff.SequenceType(spec.batch_type))
     self._data_type = tff.FederatedType(data_type, tff.CLIENTS)
     if not spec.whole_table:
       self.client_keys = sub_model_clients.build_client_keys(spec, data_type)
@@ -404,6 +403,8 @@ class SubModelProcess:
     trained (`_call`), folded into the round's sums as it returns."""
     spec = self._spec
     dense = list(state["tower"][1:] if self._bagged else state["tower"])
+    if spec.sharded:  # Sent as arrays (`client_data.Shard`), not dataset graphs.
+      client_data_ = [client_data.shard_arrays(d) for d in client_data_]
     if spec.whole_table:
       mean, loss_sum, count = self.client_round((dense, state["table"]), client_data_)
       return _RoundSums([np.asarray(d) for d in mean[0]], float(loss_sum), float(count),

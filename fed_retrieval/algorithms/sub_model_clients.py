@@ -90,8 +90,7 @@ def build_client_keys(spec, data_type):
     return keys + (tf.cast(spec.bag.keys(examples), tf.int32),)
 
   @tf.function(autograph=False)
-  def keys_of_shard(dataset, seed):
-    shard = client_data.read_shard(dataset)
+  def keys_of_shard(shard, seed):
     examples, bounds = shard.examples, client_data.shard_client_bounds(shard)
     clients = tf.size(bounds) - 1
     keys = tf.TensorArray(tf.int32, size=clients, element_shape=[num_keys])
@@ -122,10 +121,10 @@ def build_client_keys(spec, data_type):
     return (keys.stack(), is_real.stack(), distinct), (bag_keys, bag_sizes.stack())
 
   @tff.tensorflow.computation(data_type, tensor_type([2], np.int64))
-  def keys_of(dataset, seed):
+  def keys_of(data, seed):  # A client's dataset, or a shard's arrays.
     if spec.sharded:
-      return keys_of_shard(dataset, seed)
-    return keys_of_client(_all_examples(dataset), seed)
+      return keys_of_shard(data, seed)
+    return keys_of_client(_all_examples(data), seed)
 
   @tff.federated_computation(tff.FederatedType(tensor_type([2], np.int64), tff.SERVER),
                              tff.FederatedType(data_type, tff.CLIENTS))
@@ -238,14 +237,14 @@ class ClientRound:
                  keys[mine])
     return picked
 
-  def train_shard(self, broadcast, answer, dataset, worker_bag=None, bag_keys=None):
-    """Each of the shard's clients trained in turn from the round's model, in
-    one pass over its batches (as `client_shards` does): the shared deltas'
-    mean over them as the round weighs them (the tower by examples; the whole
-    table by examples or per client), the loss sum and examples; with the
-    whole table, the table mean's weight; else each client's uploads,
-    stacked, and with a bag its deltas weighted by examples and summed on
-    the call's rows (read from `worker_bag`, the rows its worker holds, by
+  def train_shard(self, broadcast, answer, shard, worker_bag=None, bag_keys=None):
+    """Each of the `shard`'s clients (`client_data.Shard`) trained in turn
+    from the round's model, in one pass over its batches (as `client_shards`
+    does): the shared deltas' mean over them as the round weighs them (the
+    tower by examples; the whole table by examples or per client), the loss
+    sum and examples; with the whole table, the table mean's weight; else
+    each client's uploads, stacked, and with a bag its deltas weighted by
+    examples and summed on the call's rows (read from `worker_bag`, the rows its worker holds, by
     where the clients' `bag_keys` are among the call's keys).
     (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
@@ -265,7 +264,6 @@ class ClientRound:
                tf.TensorArray(tf.float32, size=slots, element_shape=[]))
     totals = (tuple(tf.zeros_like(t) for t in tf.nest.flatten(shared_part)),
               tf.constant(0.0), tf.constant(0.0), tf.constant(0.0), uploads)
-    shard = client_data.read_shard(dataset)
     client_batches = client_data.shard_client_batches(shard)
 
     def train_client(i, totals):
@@ -344,10 +342,10 @@ class ClientRound:
     data_at_clients = tff.FederatedType(data_type, tff.CLIENTS)
     if self.spec.whole_table:
       @tff.tensorflow.computation(self.broadcast_type, data_type)
-      def whole_update(broadcast, dataset):
+      def whole_update(broadcast, data):
         if self.spec.sharded:
-          return train(broadcast, None, dataset)
-        shared, loss_sum, count = train(broadcast, None, dataset)
+          return train(broadcast, None, data)
+        shared, loss_sum, count = train(broadcast, None, data)
         return shared, loss_sum, count, self.table_weight(count)
 
       @tff.federated_computation(broadcast_at_server, data_at_clients)
@@ -377,8 +375,8 @@ class ClientRound:
     if self.call_bag:
       @tff.tensorflow.computation(self.broadcast_type, self.worker_bag_type.member,
                                   self.answer_type, self.bag_keys_type.member, data_type)
-      def bag_update(broadcast, worker_bag, answer, bag_keys, dataset):
-        return train(broadcast, answer, dataset, worker_bag, bag_keys)
+      def bag_update(broadcast, worker_bag, answer, bag_keys, data):
+        return train(broadcast, answer, data, worker_bag, bag_keys)
 
       @tff.federated_computation(broadcast_at_server, self.worker_bag_type,
                                  answers_at_clients, self.bag_keys_type, data_at_clients)
@@ -390,8 +388,8 @@ class ClientRound:
       return bag_round
 
     @tff.tensorflow.computation(self.broadcast_type, self.answer_type, data_type)
-    def client_update(broadcast, answer, dataset):
-      return train(broadcast, answer, dataset)
+    def client_update(broadcast, answer, data):
+      return train(broadcast, answer, data)
 
     @tff.federated_computation(broadcast_at_server, answers_at_clients, data_at_clients)
     def client_round(broadcast, answers, data):
