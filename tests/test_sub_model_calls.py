@@ -119,6 +119,24 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
   np.testing.assert_array_equal(means[:, 0], means[:, 1])
 
 
+@pytest.mark.parametrize("row_mean", ["holders", "clients"])
+def test_a_shards_stacked_uploads_are_its_clients_parts_to_the_bit(row_mean):
+  """A shard's clients' uploads as one part ([n, K] keys, [n, K, D] deltas)
+  give the sums of the same clients' parts one by one, bit for bit."""
+  rng = np.random.default_rng(3)
+  shards = [(rng.integers(0, 9, (n, 4)), rng.normal(size=(n, 4, 3)).astype(np.float32),
+             rng.random((n, 4)) < 0.7, rng.integers(1, 20, n).astype(np.float32))
+            for n in (5, 3)]
+  scaled = row_mean == "clients"
+  stacked, one_by_one = sub_model.RowSums(9, 3, row_mean), sub_model.RowSums(9, 3, row_mean)
+  stacked.add(sub_model_answers.client_parts(*zip(*shards), scaled))
+  one_by_one.add(sub_model_answers.client_parts(
+      *[[row for shard in shards for row in shard[field]] for field in range(4)], scaled))
+  for got, want in zip(stacked.means(), one_by_one.means()):
+    np.testing.assert_array_equal(got, want)
+  assert stacked.means()[0].size > 5  # Rows held, each a mean of several.
+
+
 def test_bag_sums_in_place_equal_row_sums_over_every_client_to_the_bit():
   """The bag's deltas summed in place (parts of distinct keys: a client's, a
   call's) give `RowSums`' `clients` mean, zeros on rows nobody read."""

@@ -483,12 +483,12 @@ class SubModelProcess:
                                    *(() if call_bag is None else (bag_keys,)), client_data_)
     mean, loss_sum, count, uploads = outputs[:4]
     if spec.sharded:  # Per shard: rows [n, K, D], counts [n]; the call's bag sums.
-      weights = np.concatenate([np.asarray(u[-1]) for u in uploads])
+      weights = [np.asarray(u[-1]) for u in uploads]
       rows = sub_model_answers.client_parts(
-          [k for a in answers for k in a[1]], [d for u in uploads for d in np.asarray(u[0])],
-          [r for a in answers for r in a[2]], weights, spec.row_mean == "clients")
+          [a[1] for a in answers], [u[0] for u in uploads], [a[2] for a in answers],
+          weights, spec.row_mean == "clients")
       bag = (sub_model_answers.RowParts([call_bag.keys], [np.asarray(outputs[4])], [],
-                                        [float(w) for w in weights])
+                                        [float(w) for w in np.concatenate(weights)])
              if self._bagged else None)
     else:  # Per client: rows, [bag rows,] count.
       weights = [float(u[-1]) for u in uploads]

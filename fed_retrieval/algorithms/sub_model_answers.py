@@ -120,13 +120,25 @@ def shard_answers(state, shard_keys, worker_bag: Optional[WorkerBag] = None
 
 
 def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
-                 is_real: Sequence[np.ndarray], weights: Sequence[float],
+                 is_real: Sequence[np.ndarray], weights: Sequence[Any],
                  scaled: bool) -> RowParts:
-  """Clients' row uploads as parts, their rows that are not real dropped
-  (`scaled`: each client's deltas times its weight)."""
-  real = [np.asarray(r) for r in is_real]
-  return RowParts(
-      [np.asarray(k)[r] for k, r in zip(keys, real)],
-      [np.asarray(d)[r] * w if scaled else np.asarray(d)[r]
-       for d, r, w in zip(deltas, real, weights)],
-      [np.ones(int(np.sum(r)), np.int64) for r in real], [float(w) for w in weights])
+  """Row uploads as parts, their rows that are not real dropped (`scaled`:
+  each client's deltas times its weight). A part is a client's (keys [K],
+  deltas [K, D], is_real [K], its weight) or a shard's, its clients' stacked
+  ([n, K], [n, K, D], [n, K], their weights [n]): one part, its clients'
+  rows in their order, so `RowSums` adds the same rows in the same order
+  as it would client by client (at 4,000 clients a round, 32 parts instead
+  of 4,000)."""
+  parts = RowParts([], [], [], [])
+  for part_keys, part_deltas, part_real, part_weights in zip(keys, deltas, is_real, weights):
+    part_keys, real = np.asarray(part_keys), np.asarray(part_real).reshape(-1)
+    part_weights = np.asarray(part_weights, np.float32).reshape(-1)
+    part_deltas = np.asarray(part_deltas)
+    sums = part_deltas.reshape(real.size, part_deltas.shape[-1])[real]
+    if scaled:  # Each row times its client's weight.
+      sums = sums * np.repeat(part_weights, part_keys.shape[-1])[real][:, None]
+    parts.keys.append(part_keys.reshape(-1)[real])
+    parts.sums.append(sums)
+    parts.holders.append(np.ones(int(np.sum(real)), np.int64))
+    parts.weights.extend(float(w) for w in part_weights)
+  return parts
