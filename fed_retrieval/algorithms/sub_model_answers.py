@@ -127,8 +127,9 @@ def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
   deltas [K, D], is_real [K], its weight) or a shard's, its clients' stacked
   ([n, K], [n, K, D], [n, K], their weights [n]): one part, its clients'
   rows in their order, so `RowSums` adds the same rows in the same order
-  as it would client by client (at 4,000 clients a round, 32 parts instead
-  of 4,000)."""
+  as it would client by client (4,000 clients a round in 16 shards: 16
+  parts, not 4,000; the driver's CPU making and adding them 0.044-0.048 ->
+  0.025 s a round, by thread clocks, two runs each way; one-off)."""
   parts = RowParts([], [], [], [])
   for part_keys, part_deltas, part_real, part_weights in zip(keys, deltas, is_real, weights):
     part_keys, real = np.asarray(part_keys), np.asarray(part_real).reshape(-1)
