@@ -244,8 +244,9 @@ class ClientRound:
     tower by examples; the whole table by examples or per client), the loss
     sum and examples; with the whole table, the table mean's weight; else
     each client's uploads, stacked, and with a bag its deltas weighted by
-    examples and summed on the call's rows (read from `worker_bag`, the rows its worker holds, by
-    where the clients' `bag_keys` are among the call's keys).
+    examples and summed on the call's rows (read from `worker_bag`, the rows
+    its worker holds, by where the clients' `bag_keys` are among the call's
+    keys).
     (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
