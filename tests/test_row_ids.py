@@ -24,3 +24,27 @@ def test_distinct_rows_and_positions_are_numpys_unique(count, num_rows):
 def test_an_id_beyond_the_rows_is_an_error_not_a_wrong_row():
   with pytest.raises(IndexError):
     row_ids.distinct(np.array([0, 5]), 5)
+
+
+@pytest.mark.parametrize("count,num_rows", [(0, 4), (1, 3), (300, 7), (5_000, 50_000)])
+def test_rows_added_in_order_are_a_loops_float_sums_to_the_bit(count, num_rows):
+  """Repeated ids (300 into 7 rows: ~43 each) get each of their rows, one
+  after another in order, as a loop adding them in float32 does; split into
+  parts, the same."""
+  rng = np.random.default_rng(count)
+  ids = rng.integers(0, num_rows, count)
+  rows = rng.normal(size=(count, 3)).astype(np.float32) * 10 ** rng.uniform(-4, 4, (count, 1))
+  start = rng.normal(size=(num_rows, 3)).astype(np.float32)
+  expected = start.copy()
+  for i, row in zip(ids, rows):
+    expected[i] = expected[i] + row
+  at_once, in_parts = start.copy(), start.copy()
+  row_ids.add_in_order(at_once, ids, rows)
+  for part in np.array_split(np.arange(count), 3):
+    row_ids.add_in_order(in_parts, ids[part], rows[part])
+  np.testing.assert_array_equal(at_once, expected)
+  np.testing.assert_array_equal(in_parts, expected)
+  if count == 300:  # NumPy's fancy += keeps one row a repeated id: not these sums.
+    kept_one = start.copy()
+    kept_one[ids] += rows
+    assert not np.array_equal(kept_one, expected)

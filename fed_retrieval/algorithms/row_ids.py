@@ -31,3 +31,26 @@ def distinct_and_positions(ids: np.ndarray, num_rows: int
   `np.unique(ids, return_inverse=True)`."""
   rows, lookup = distinct_and_lookup(ids, num_rows)
   return rows, lookup[ids]
+
+
+def add_in_order(sums: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
+  """sums[i] += row for each id i of `ids` [n] and row of `rows` [n, D], in
+  place and in their order, a repeated id's rows one after another (NumPy's
+  `sums[ids] += rows` keeps one row of a repeated id): each sum is the float
+  sum one segment sum over the rows would give, however they were split into
+  calls. The ids seen once are added in one step, the repeats a level at a
+  time (the k-th row of each id in level k)."""
+  once = np.bincount(ids, minlength=len(sums))[ids] == 1
+  sums[ids[once]] += rows[once]
+  repeated = np.flatnonzero(~once)
+  ids, rows = ids[repeated], rows[repeated]
+  by_id = np.argsort(ids, kind="stable")
+  sorted_ids = ids[by_id]
+  starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+  level = np.empty(len(ids), np.int64)  # Each row's place among its id's rows.
+  level[by_id] = np.arange(len(ids)) - np.repeat(starts, np.diff(np.r_[starts, len(ids)]))
+  by_level = np.argsort(level, kind="stable")
+  bounds = np.cumsum(np.bincount(level))
+  for start, end in zip(np.r_[0, bounds[:-1]], bounds):
+    at = by_level[start:end]
+    sums[ids[at]] += rows[at]
