@@ -137,18 +137,28 @@ def test_a_shards_stacked_uploads_are_its_clients_parts_to_the_bit(row_mean):
   assert stacked.means()[0].size > 5  # Rows held, each a mean of several.
 
 
-def test_bag_sums_in_place_equal_row_sums_over_every_client_to_the_bit():
-  """The bag's deltas summed in place (parts of distinct keys: a client's, a
-  call's) give `RowSums`' `clients` mean, zeros on rows nobody read."""
+def test_the_dense_mean_is_the_clients_means_with_zeros_and_clearing_starts_anew():
+  """The bag's mean (`mean`: parts whose holders are not counted, a call's)
+  is the `clients` means of the rows held, zeros on rows nobody read; after
+  `clear`, the same parts give the same sums as fresh `RowSums` do."""
   rng = np.random.default_rng(0)
   parts = [sub_model_answers.RowParts([np.array(k)], [rng.normal(size=(len(k), 3))
                                                       .astype(np.float32)], [], [w])
            for k, w in (([4, 1, 2], 2.0), ([1, 3], 0.5), ([2, 4, 0, 1], 1.5))]
-  dense, sparse = sub_model.BagSums((6, 3)), sub_model.RowSums(6, 3, "clients")
+  dense, sparse = sub_model.RowSums(6, 3, "clients"), sub_model.RowSums(6, 3, "clients")
   for part in parts:
     dense.add(part)
     sparse.add(part._replace(holders=[np.ones(len(part.keys[0]), np.int64)]))
   ids, means = sparse.means()
+  first = dense.mean()
+  dense.clear()
+  dense.add(parts[1])
+  np.testing.assert_array_equal(dense.mean()[[1, 3]], parts[1].sums[0] / np.float32(0.5))
+  np.testing.assert_array_equal(dense.mean()[[0, 2, 4, 5]], 0.0)
+  dense.clear()
+  for part in parts:
+    dense.add(part)
+  np.testing.assert_array_equal(dense.mean(), first)
   expected = np.zeros((6, 3), np.float32)
   expected[ids] = means
   np.testing.assert_array_equal(dense.mean(), expected)
@@ -256,3 +266,32 @@ def test_calls_spread_over_three_workers_train_as_on_one(
   # A round: 3 calls of 2 clients, one a worker, each its keys then its training.
   assert calls == {0: 2 * 2, 1: 2 * 2, 2: 2 * 2}
   assert any(np.any(a != b) for a, b in zip(one, initial))
+
+
+@pytest.mark.parametrize("row_mean", ["holders", "clients"])
+def test_means_added_to_the_table_in_blocks_are_the_means_to_the_bit(monkeypatch, row_mean):
+  """`add_means`, 2 rows at a time, adds what `means` gives, and each mean
+  is the float64 quotient of the row's float32 sum, rounded to float32."""
+  monkeypatch.setattr(sub_model, "BLOCK_ROWS", 2)
+  rng = np.random.default_rng(7)
+  keys, real = rng.integers(0, 9, (6, 4)), rng.random((6, 4)) < 0.8
+  deltas = rng.normal(size=(6, 4, 3)).astype(np.float32)
+  weights = rng.integers(1, 9, 6).astype(np.float32)
+  sums = sub_model.RowSums(9, 3, row_mean)
+  scaled = row_mean == "clients"
+  sums.add(sub_model_answers.client_parts([keys], [deltas], [real], [weights], scaled))
+  row_sum, holders = np.zeros((9, 3), np.float32), np.zeros(9)
+  for key, delta, weight in zip(keys[real], deltas[real], np.repeat(weights, 4)[real.ravel()]):
+    row_sum[key] = row_sum[key] + (delta * weight if scaled else delta)
+    holders[key] += 1
+  held = np.flatnonzero(holders)
+  divisor = weights.sum(dtype=np.float64) if scaled else holders[held][:, None]
+  ids, means = sums.means()
+  np.testing.assert_array_equal(ids, held)
+  np.testing.assert_array_equal(means, (row_sum[held] / divisor).astype(np.float32))
+  table = rng.normal(size=(9, 3)).astype(np.float32)
+  expected = table.copy()
+  expected[ids] += 0.5 * means
+  np.testing.assert_array_equal(sums.add_means(table, 0.5), ids)
+  np.testing.assert_array_equal(table, expected)
+  assert len(ids) > 4  # Three blocks or more.

@@ -54,8 +54,8 @@ of 19.0, the busiest worker 4.8 CPU s instead of 5.5 and the process tree
 8.4 GB instead of 11.2 (the index on the driver; side by side each).
 
 A round's TFF calls take at most `MAX_CLIENTS_PER_CALL` clients, the server
-folding each call's uploads into per-row sums as it returns (`RowSums`; the
-bag's in place, `BagSums`), so a round of thousands of clients holds one
+folding each call's uploads into per-row sums as it returns (`RowSums`, for
+the class rows and the bag's), so a round of thousands of clients holds one
 call's answers and uploads at a time. Each call's data goes to its worker
 once, as a value the worker holds for the round (`worker_values`): step 1
 computes the call's keys from it and step 2 trains on it. On several
@@ -132,6 +132,8 @@ ROW_MEANS = ("holders", "clients")
 # shape, 4,000 clients a round in one call, was killed for memory here).
 MAX_CLIENTS_PER_CALL = 500
 FLOAT_BYTES = 4
+# Rows `RowSums.add_means` reads at once: 16 MB of rows of 64 floats.
+BLOCK_ROWS = 65_536
 KEY_BYTES = 4
 # (a client's examples: its batches as one batch, round seed [2] int64: (seed,
 # round)) -> (keys [K] int32, is_real [K] bool).
@@ -237,66 +239,84 @@ def bytes_per_client(tower_shapes: Sequence[Sequence[int]], num_keys: int, dim: 
 
 
 class RowSums:
-  """A round's row deltas summed per row as the clients' uploads arrive, a
-  call's clients at a time, O(rows touched): `add` folds in uploads
-  (`sub_model_answers.RowParts`), `means` gives (row ids, mean delta of each).
+  """A round's row deltas summed per row, in place on arrays of the table's
+  shape kept across rounds, as the calls' uploads arrive: `add` folds in
+  parts (`sub_model_answers.RowParts`, whose keys may repeat), O(rows
+  uploaded); `means` gives the rows held and each one's mean delta, `mean`
+  the dense mean over every client (the bag's: zeros on rows nobody read);
+  `clear` zeros what was summed, for the next round.
 
   `holders`: each row's deltas averaged over the clients that held it;
   `clients`: the example-weighted sum over every client divided by the
   round's total weight (a non-holder counting as a zero delta).
-  """
+
+  A row's deltas are added one after another in the order they arrive
+  (`row_ids.add_in_order`), so the same uploads give the same sums to the
+  bit however they are split into parts and calls. Dense, because a round of
+  thousands touches most of a large table: FedSS at Amazon-670K's shape,
+  4,000 clients of 510 rows, holds 2M rows a round, 638,000 of them distinct.
+  Sums kept over the rows held so far were copied anew with each call's,
+  which took 0.84 CPU s a round on one worker and the round's means 0.32
+  (by thread clocks; one-off)."""
 
   def __init__(self, num_rows: int, dim: int, row_mean: str):
-    self._num_rows, self._row_mean = num_rows, row_mean
-    self._ids = np.zeros(0, np.int64)
-    self._sums = np.zeros((0, dim), np.float32)
-    self._holders = np.zeros(0, np.int64)
+    self._row_mean = row_mean
+    self._sums = np.zeros((num_rows, dim), np.float32)
+    self._holders = np.zeros(num_rows, np.int64)
+    self._held = np.zeros(num_rows, bool)
     self._weights: List[float] = []
 
   def add(self, parts: sub_model_answers.RowParts) -> None:
     """Uploads folded in: parts' keys, summed deltas (`clients`: scaled by
-    weight), holder counts, and their clients' weights."""
-    ids, inverse = row_ids.distinct_and_positions(
-        np.concatenate([self._ids] + parts.keys), self._num_rows)
-    # Sums per row by TF's segment sum: a round of xc_small's bag (100 clients,
-    # ~50k rows of 256) took 0.03 s, against 0.27 s sorting for np.add.reduceat
-    # in float64 and 0.47 s with np.add.at (Bibtex's bag).
-    self._sums = tf.math.unsorted_segment_sum(
-        np.concatenate([self._sums] + parts.sums), inverse, len(ids)).numpy()
-    self._holders = np.bincount(inverse, weights=np.concatenate(
-        [self._holders] + parts.holders), minlength=len(ids)).astype(np.int64)
-    self._ids = ids
+    weight), how many clients held each key (none: not counted, as a call's
+    bag's), and their clients' weights."""
+    for i, (keys, sums) in enumerate(zip(parts.keys, parts.sums)):
+      row_ids.add_in_order(self._sums, keys, sums)
+      if parts.holders:
+        np.add.at(self._holders, keys, parts.holders[i])
+      self._held[keys] = True
     self._weights.extend(parts.weights)
+
+  def _total_weight(self) -> float:
+    return max(float(np.sum(self._weights)), 1e-12)
+
+  def _means_of(self, ids: np.ndarray) -> np.ndarray:
+    """[n, D]: the mean delta of each of the rows `ids`, in float32 (as
+    rounding the float64 quotient would give: a float64 has more than twice
+    a float32's digits)."""
+    divisor = (np.float32(self._total_weight()) if self._row_mean == "clients"
+               else self._holders[ids][:, None].astype(np.float32))
+    return self._sums[ids] / divisor
 
   def means(self) -> Tuple[np.ndarray, np.ndarray]:
-    if self._row_mean == "clients":
-      divisor = max(float(np.sum(self._weights)), 1e-12)
-    else:
-      divisor = self._holders[:, None]
-    return self._ids.astype(np.int32), (self._sums / divisor).astype(np.float32)
+    """(the sorted rows held [n] int32, each one's mean delta [n, D])."""
+    ids = np.flatnonzero(self._held)
+    return ids.astype(np.int32), self._means_of(ids)
 
-
-class BagSums:
-  """A round's embedding-bag deltas summed in place on an array of the bag's
-  shape as the calls return (`add`: parts whose keys are distinct within a
-  part, each client's deltas scaled by its weight), and `mean`: the sum over
-  the round's total weight, the bag's mean delta over every client, zero on
-  rows nobody read (the same numbers as `RowSums`' `clients` mean, to the
-  bit). Dense because the server's step is: its optimizer moves every row of
-  the bag. A call of 500 clients at Amazon-670K's shape returns ~95% of the
-  bag's rows, which `RowSums` summed anew with the round's running sums."""
-
-  def __init__(self, shape: Tuple[int, int]):
-    self._sums = np.zeros(shape, np.float32)
-    self._weights: List[float] = []
-
-  def add(self, parts: sub_model_answers.RowParts) -> None:
-    for keys, sums in zip(parts.keys, parts.sums):
-      self._sums[keys] += sums
-    self._weights.extend(parts.weights)
+  def add_means(self, table: np.ndarray, rate: float) -> np.ndarray:
+    """Adds `rate` times each held row's mean delta to its row of `table`,
+    in place, `BLOCK_ROWS` rows at a time, and returns the rows held (sorted,
+    int32). In blocks because arrays of every row held were fresh memory in
+    a round that had just handed its calls' buffers back, each page faulted
+    in: FedSS at Amazon-670K's shape, 4,000 clients, 638,000 rows held, took
+    0.9 CPU s a round to compute their means and read their rows of the
+    table (one-off, by thread clocks)."""
+    ids = np.flatnonzero(self._held)
+    for start in range(0, len(ids), BLOCK_ROWS):
+      block = ids[start:start + BLOCK_ROWS]
+      table[block] += rate * self._means_of(block)
+    return ids.astype(np.int32)
 
   def mean(self) -> np.ndarray:
-    return self._sums / np.float32(max(float(np.sum(self._weights)), 1e-12))
+    """[rows, D]: the sums over the round's total weight."""
+    return self._sums / np.float32(self._total_weight())
+
+  def clear(self) -> None:
+    ids = np.flatnonzero(self._held)
+    self._sums[ids] = 0.0
+    self._holders[ids] = 0
+    self._held[ids] = False
+    self._weights = []
 
 
 @dataclasses.dataclass
@@ -309,7 +329,7 @@ class _RoundSums:
   count: float
   table_delta: Optional[np.ndarray] = None
   rows: Optional[RowSums] = None
-  bag: Optional[BagSums] = None
+  bag: Optional[RowSums] = None
 
 
 def _calls(sizes: Sequence[int], most: int) -> List[Tuple[int, int]]:
@@ -375,6 +395,11 @@ class SubModelProcess:
     num_rows, dim = spec.initial_table.shape
     self._num_rows, self._dim = num_rows, dim
     self._bag_rows, self._bag_dim = shapes[0] if self._bagged else (0, 0)
+    # The round's sums, kept across rounds (`RowSums`).
+    self._row_sums = (RowSums(num_rows, dim, spec.row_mean)
+                      if spec.trains_rows and not spec.whole_table else None)
+    self._bag_sums = (RowSums(self._bag_rows, self._bag_dim, "clients")
+                      if self._bagged else None)
     self._optimizer = optimizers.tff_optimizer(
         spec.server_optimizer, spec.server_learning_rate, "server_optimizer")
     # The server's step on the tower as one graph: Adam on xc_small's tower
@@ -421,10 +446,10 @@ class SubModelProcess:
     sent = list(_in_waves(contexts, len(calls), lambda context, i: self._sent(
         context, client_data_[slice(*calls[i])], seed)))
     keys = [k for _, call_keys, _ in sent for k in call_keys]
-    work = _RoundSums([], 0.0, 0.0, rows=(RowSums(self._num_rows, self._dim, spec.row_mean)
-                                          if spec.trains_rows else None),
-                      bag=(BagSums((self._bag_rows, self._bag_dim))
-                           if self._bagged else None))
+    for sums in self._row_sums, self._bag_sums:
+      if sums is not None:
+        sums.clear()
+    work = _RoundSums([], 0.0, 0.0, rows=self._row_sums, bag=self._bag_sums)
     parts = []
     bags = (sub_model_answers.RoundBags(
         np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls,
@@ -508,7 +533,7 @@ class SubModelProcess:
 
   def _server_step(self, state, work: "_RoundSums", round_num: int):
     """The new tower and table: DP noise on the dense means, the bag's mean
-    over every client (`BagSums`), the server optimizer on the tower, each
+    over every client (`RowSums.mean`), the server optimizer on the tower, each
     class row's mean delta (`RowSums`), then the table step."""
     spec = self._spec
     mean_tower, table_delta = work.mean, work.table_delta
@@ -528,8 +553,7 @@ class SubModelProcess:
         table += spec.row_learning_rate * table_delta
         updated = np.arange(len(table), dtype=np.int32)
       else:
-        updated, means = work.rows.means()
-        table[updated] += spec.row_learning_rate * means
+        updated = work.rows.add_means(table, spec.row_learning_rate)
       if spec.table_step is not None:
         table = spec.table_step(state["table"], table, updated)
     return {"tower": list(tower), "table": table, "optimizer": optimizer_state,

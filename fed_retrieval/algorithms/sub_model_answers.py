@@ -14,7 +14,7 @@ from fed_retrieval.runtime import worker_values
 
 
 class RowParts(NamedTuple):
-  """Uploads for `RowSums.add` (or the bag's, `BagSums.add`): per part (a
+  """Uploads for `RowSums.add` (the class rows' or the bag's): per part (a
   client, or a call's bag) its row keys, their deltas summed over its clients
   (with the `clients` mean, each client's scaled by its weight), how many of
   its clients held each key (a call's bag: not counted, its mean is over
