@@ -122,7 +122,8 @@ benchmark: $(STAMP)
 	    --methods=fedpu --output=runs/benchmark_pu.json
 
 # FedAwS's and FedSS's round at 10k, 100k and 670k classes (Amazon-670K's features),
-# and at 100k the contrasts: FedSS with the whole bag, full softmax.
+# each at 4,000 clients a round on 1, 2 and 3 workers, and at 100k the contrasts:
+# FedSS with the whole bag, full softmax.
 benchmark-round-cost: $(STAMP)
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws \
 	    --num_classes=10000,100000,670091 --num_features=135909
@@ -133,6 +134,8 @@ benchmark-round-cost: $(STAMP)
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=670091 \
 	    --num_features=135909 --clients_per_round=4000 --local_workers=1,2,3 \
 	    --local_spreadout_shards=0,3 --repeats=2 --spreadout_search=approximate
+	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=670091 \
+	    --num_features=135909 --clients_per_round=4000 --local_workers=1,2,3 --repeats=2
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --bag=whole \
 	    --num_classes=100000 --num_features=135909
 	$(PY) -m scripts.benchmark_round_cost --algorithm=full_softmax \
