@@ -271,11 +271,16 @@ class RowSums:
     """Uploads folded in: parts' keys, summed deltas (`clients`: scaled by
     weight), how many clients held each key (none: not counted, as a call's
     bag's), and their clients' weights."""
-    for i, (keys, sums) in enumerate(zip(parts.keys, parts.sums)):
-      row_ids.add_in_order(self._sums, keys, sums)
-      if parts.holders:
-        np.add.at(self._holders, keys, parts.holders[i])
-      self._held[keys] = True
+    if not parts.keys:
+      return
+    # The parts in one step, one pass over the table's rows for
+    # `add_in_order`'s counts: a call of 500 clients, a part each, at 670k
+    # rows took 40 ms part by part against 1.4 (one-off, thread clocks).
+    keys = _joined(parts.keys)
+    row_ids.add_in_order(self._sums, keys, _joined(parts.sums))
+    if parts.holders:
+      np.add.at(self._holders, keys, _joined(parts.holders))
+    self._held[keys] = True
     self._weights.extend(parts.weights)
 
   def _total_weight(self) -> float:
@@ -313,11 +318,17 @@ class RowSums:
     return self._sums / np.float32(self._total_weight())
 
   def clear(self) -> None:
+    """Zeros the rows summed since the last clear (O(rows held))."""
     ids = np.flatnonzero(self._held)
     self._sums[ids] = 0.0
     self._holders[ids] = 0
     self._held[ids] = False
     self._weights = []
+
+
+def _joined(arrays: Sequence[np.ndarray]) -> np.ndarray:
+  """`arrays` end to end (one alone as it is, not copied)."""
+  return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 @dataclasses.dataclass
