@@ -256,9 +256,9 @@ class RowSums:
   thousands touches most of a large table: FedSS at Amazon-670K's shape,
   4,000 clients of 510 rows, holds 2M rows a round, 638,000 of them distinct.
   Sums kept over the rows held so far, copied anew with each call's, took
-  0.93-1.25 CPU s a round to add (the bag's 0.07 more) against 0.63 for
+  0.93-1.25 CPU s a round to add (the bag's 0.07 more) against 0.60-0.64 for
   both here, and the driver 3.2-3.7 CPU s a round against 2.0-2.1 (one
-  worker; thread clocks, two runs each way; one-off)."""
+  worker; thread clocks, old and new alternated; one-off)."""
 
   def __init__(self, num_rows: int, dim: int, row_mean: str):
     self._row_mean = row_mean
