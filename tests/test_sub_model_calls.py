@@ -1,6 +1,6 @@
 """A sub-model round split into several TFF calls (`sub_model.MAX_CLIENTS_PER_CALL`)
 trains as one call does, on one worker or spread over three, and `RowSums`
-(and the bag's `BagSums`) fold calls as one sum would."""
+(the class rows' and the bag's) fold calls as one sum would."""
 
 import collections
 
