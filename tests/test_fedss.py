@@ -124,10 +124,8 @@ def test_sparse_row_aggregation_matches_numpy():
     sums.add(sub_model_answers.client_parts(
         [np.array(k) for k in keys], deltas, [np.array(r) for r in real], weights,
         scaled=row_mean == "clients"))
-    ids, means = sums.means()
     new_table = table.copy()
-    new_table[ids] += means
-    return new_table, ids
+    return new_table, sums.add_means(new_table, 1.0)
 
   new_table, updated = applied("holders", [9.0, 9.0, 9.0])  # Weights do not count.
   expected = table.copy()

@@ -87,6 +87,14 @@ def test_calls_group_consecutive_clients_up_to_the_most(sizes, most, calls):
   assert sub_model._calls(sizes, most) == calls  # pylint: disable=protected-access
 
 
+def held_means(sums: sub_model.RowSums, num_rows: int, dim: int):
+  """(the rows held, their mean deltas), as `add_means` adds them to a table
+  of zeros."""
+  table = np.zeros((num_rows, dim), np.float32)
+  ids = sums.add_means(table, 1.0)
+  return ids, table[ids]
+
+
 @pytest.mark.parametrize("row_mean", ["holders", "clients"])
 def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
   keys = [np.array([3, 1]), np.array([1, 5]), np.array([3, 0])]
@@ -106,9 +114,10 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
   summed.add(sub_model_answers.RowParts(
       [np.array([0, 1, 3])], [np.repeat(np.array(row_sums, np.float32)[:, None], 2, 1)],
       [np.ones(3, np.int64)], weights[1:]))
-  ids, means = one_by_one.means()
-  np.testing.assert_array_equal(summed.means()[0], ids)
-  np.testing.assert_allclose(summed.means()[1], means, rtol=1e-6)
+  ids, means = held_means(one_by_one, 6, 2)
+  summed_ids, summed_means = held_means(summed, 6, 2)
+  np.testing.assert_array_equal(summed_ids, ids)
+  np.testing.assert_allclose(summed_means, means, rtol=1e-6)
   # Row 0: client 2; row 1: clients 0, 1; row 3: clients 0, 2; row 5 not real.
   if row_mean == "holders":
     expected = {0: 4.0, 1: (1 + 2) / 2, 3: (1 + 4) / 2}
@@ -132,9 +141,9 @@ def test_a_shards_stacked_uploads_are_its_clients_parts_to_the_bit(row_mean):
   stacked.add(sub_model_answers.client_parts(*zip(*shards), scaled))
   one_by_one.add(sub_model_answers.client_parts(
       *[[row for shard in shards for row in shard[field]] for field in range(4)], scaled))
-  for got, want in zip(stacked.means(), one_by_one.means()):
+  for got, want in zip(held_means(stacked, 9, 3), held_means(one_by_one, 9, 3)):
     np.testing.assert_array_equal(got, want)
-  assert stacked.means()[0].size > 5  # Rows held, each a mean of several.
+  assert held_means(stacked, 9, 3)[0].size > 5  # Rows held, each a mean of several.
 
 
 def test_the_dense_mean_is_the_clients_means_with_zeros_and_clearing_starts_anew():
@@ -149,7 +158,7 @@ def test_the_dense_mean_is_the_clients_means_with_zeros_and_clearing_starts_anew
   for part in parts:
     dense.add(part)
     sparse.add(part._replace(holders=[np.ones(len(part.keys[0]), np.int64)]))
-  ids, means = sparse.means()
+  ids, means = held_means(sparse, 6, 3)
   first = dense.mean()
   dense.clear()
   dense.add(parts[1])
@@ -270,8 +279,8 @@ def test_calls_spread_over_three_workers_train_as_on_one(
 
 @pytest.mark.parametrize("row_mean", ["holders", "clients"])
 def test_means_added_to_the_table_in_blocks_are_the_means_to_the_bit(monkeypatch, row_mean):
-  """`add_means`, 2 rows at a time, adds what `means` gives, and each mean
-  is the float64 quotient of the row's float32 sum, rounded to float32."""
+  """`add_means`, 2 rows at a time, adds to each held row `rate` times its
+  mean, the float64 quotient of the row's float32 sum rounded to float32."""
   monkeypatch.setattr(sub_model, "BLOCK_ROWS", 2)
   rng = np.random.default_rng(7)
   keys, real = rng.integers(0, 9, (6, 4)), rng.random((6, 4)) < 0.8
@@ -286,12 +295,9 @@ def test_means_added_to_the_table_in_blocks_are_the_means_to_the_bit(monkeypatch
     holders[key] += 1
   held = np.flatnonzero(holders)
   divisor = weights.sum(dtype=np.float64) if scaled else holders[held][:, None]
-  ids, means = sums.means()
-  np.testing.assert_array_equal(ids, held)
-  np.testing.assert_array_equal(means, (row_sum[held] / divisor).astype(np.float32))
   table = rng.normal(size=(9, 3)).astype(np.float32)
   expected = table.copy()
-  expected[ids] += 0.5 * means
-  np.testing.assert_array_equal(sums.add_means(table, 0.5), ids)
+  expected[held] += 0.5 * (row_sum[held] / divisor).astype(np.float32)
+  np.testing.assert_array_equal(sums.add_means(table, 0.5), held)
   np.testing.assert_array_equal(table, expected)
-  assert len(ids) > 4  # Three blocks or more.
+  assert len(held) > 4  # Three blocks or more.

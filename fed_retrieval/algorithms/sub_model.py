@@ -242,9 +242,9 @@ class RowSums:
   """A round's row deltas summed per row, in place on arrays of the table's
   shape kept across rounds, as the calls' uploads arrive: `add` folds in
   parts (`sub_model_answers.RowParts`, whose keys may repeat), O(rows
-  uploaded); `means` gives the rows held and each one's mean delta, `mean`
-  the dense mean over every client (the bag's: zeros on rows nobody read);
-  `clear` zeros what was summed, for the next round.
+  uploaded); `add_means` adds each held row's mean delta to its row of a
+  table, `mean` gives the dense mean over every client (the bag's: zeros on
+  rows nobody read); `clear` zeros what was summed, for the next round.
 
   `holders`: each row's deltas averaged over the clients that held it;
   `clients`: the example-weighted sum over every client divided by the
@@ -286,31 +286,23 @@ class RowSums:
   def _total_weight(self) -> float:
     return max(float(np.sum(self._weights)), 1e-12)
 
-  def _means_of(self, ids: np.ndarray) -> np.ndarray:
-    """[n, D]: the mean delta of each of the rows `ids`, in float32 (as
-    rounding the float64 quotient would give: a float64 has more than twice
-    a float32's digits)."""
-    divisor = (np.float32(self._total_weight()) if self._row_mean == "clients"
-               else self._holders[ids][:, None].astype(np.float32))
-    return self._sums[ids] / divisor
-
-  def means(self) -> Tuple[np.ndarray, np.ndarray]:
-    """(the sorted rows held [n] int32, each one's mean delta [n, D])."""
-    ids = np.flatnonzero(self._held)
-    return ids.astype(np.int32), self._means_of(ids)
-
   def add_means(self, table: np.ndarray, rate: float) -> np.ndarray:
     """Adds `rate` times each held row's mean delta to its row of `table`,
     in place, `BLOCK_ROWS` rows at a time, and returns the rows held (sorted,
-    int32). In blocks because arrays of every row held were fresh memory in
-    a round that had just handed its calls' buffers back, each page faulted
-    in: FedSS at Amazon-670K's shape, 4,000 clients, 638,000 rows held, took
-    0.9 CPU s a round to compute their means and read their rows of the
-    table (one-off, by thread clocks)."""
+    int32). Means in float32, the bits of the float64 quotient rounded (a
+    float64 has more than twice a float32's digits). In blocks because
+    arrays of every row held were fresh memory in a round that had just
+    handed its calls' buffers back, each page faulted in: FedSS at
+    Amazon-670K's shape, 4,000 clients, 638,000 rows held, took 0.9 CPU s a
+    round to compute their means and read their rows of the table (one-off,
+    by thread clocks)."""
     ids = np.flatnonzero(self._held)
+    total = np.float32(self._total_weight())
     for start in range(0, len(ids), BLOCK_ROWS):
       block = ids[start:start + BLOCK_ROWS]
-      table[block] += rate * self._means_of(block)
+      divisor = (total if self._row_mean == "clients"
+                 else self._holders[block][:, None].astype(np.float32))
+      table[block] += rate * (self._sums[block] / divisor)
     return ids.astype(np.int32)
 
   def mean(self) -> np.ndarray:
