@@ -65,6 +65,10 @@ def test_sizes_side_by_side_each_in_its_own_process_with_the_spreadouts_recall()
     cpu = run["cpu_seconds_per_round"]
     assert cpu["driver"] > 0 and len(cpu["workers"]) == 2 and cpu["workers"][0] > 0
     assert 0 <= cpu["memory_sampler"] < cpu["driver"]  # Counted apart.
+    kernel = run["kernel_cpu_seconds_per_round"]
+    assert sorted(kernel) == ["workers"]  # No shards; the driver's holds the sampler's.
+    # A part of each worker's CPU (at clock ticks of 10 ms).
+    assert all(0 <= k <= c for k, c in zip(kernel["workers"], cpu["workers"]))
     assert len(run["weights_sha1"]) == 40
     assert run["spreadout_search"] == "approximate"
     # 69 and 98 lists, 64 of them scanned: most neighbours found, and those
@@ -92,6 +96,9 @@ def test_the_spreadouts_index_on_shard_processes_trains_as_the_index_here():
   for key in wire_here:
     np.testing.assert_allclose(wire[key], wire_here[key], atol=100)
   assert len(sharded["cpu_seconds_per_round"]["spreadout_shards"]) == 2
+  assert all(0 <= k <= c for k, c in zip(
+      sharded["kernel_cpu_seconds_per_round"]["spreadout_shards"],
+      sharded["cpu_seconds_per_round"]["spreadout_shards"]))
   assert "spreadout_shards" not in here["cpu_seconds_per_round"]
   assert (sharded["spreadout_shards"], "spreadout_shards" in here) == (2, False)
   refused = run_module("scripts.benchmark_round_cost", "--algorithm=fedss",

@@ -14,7 +14,7 @@ worker, where the computations run); run one configuration per process, as
 
 import hashlib
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import psutil
@@ -107,9 +107,18 @@ def _spreadout_neighbours(model: xc_encoder.XCEncoderConfig,
           "mean_cosine_found": mean_cosine(found), "mean_cosine_exact": mean_cosine(exact)}
 
 
-def _cpu_seconds(process: psutil.Process) -> float:
+def _cpu_seconds(process: psutil.Process) -> Tuple[float, float]:
+  """(all, the kernel's) CPU seconds of `process` so far."""
   times = process.cpu_times()
-  return times.user + times.system
+  return times.user + times.system, times.system
+
+
+def _per_process(seconds: Sequence[float], workers: int, shards: int
+                 ) -> Dict[str, List[float]]:
+  """The workers' and the shards' of seconds listed driver, workers, shards."""
+  return {"workers": [round(s, 3) for s in seconds[1:1 + workers]],
+          **({"spreadout_shards": [round(s, 3) for s in seconds[1 + workers:]]}
+             if shards else {})}
 
 
 def _wire_bytes_per_round(before, after, peers: Dict[str, List[str]],
@@ -170,12 +179,14 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   On `workers` local TFF workers (`tff_runtime.several_local_workers`; with
   `one_call_at_a_time`, taking their calls in turn), the CPU seconds a round
   of this process (the driver, without the memory sampler's thread, stated
-  apart) and of each worker, the bytes a round to and from each worker
-  (`wire_bytes`: each machine's link), and a digest of the weights after
-  the rounds (equal on any number of workers).
+  apart) and of each worker, with the kernel's part of each worker's (where
+  its page faults show: memory it hands back and touches again; not the
+  driver's, which holds the sampler's reads of /proc), the bytes a round to
+  and from each worker (`wire_bytes`: each machine's link), and a digest of
+  the weights after the rounds (equal on any number of workers).
   With `spreadout_shards` (FedAwS, approximate), the index's lists live in
-  as many local `scripts.spreadout_shard` processes, whose CPU seconds and
-  bytes a round are stated too.
+  as many local `scripts.spreadout_shard` processes, whose CPU seconds (and
+  the kernel's) and bytes a round are stated too.
   FedAwS's report adds how its spreadout found neighbours and, when
   approximately, how they compare with the exact search's on the final table,
   for every class the clients hold (`spreadout_neighbours`)."""
@@ -229,12 +240,13 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
       state = process.next(state, data).state
       seconds.append(time.perf_counter() - start)
     class_neighbours.settle_moves()
-    cpu = [(_cpu_seconds(p) - before) / repeats
-           for p, before in zip(processes, cpu_before)]
+    cpu_after = [_cpu_seconds(p) for p in processes]
+    cpu, kernel = ([(after[i] - before[i]) / repeats
+                    for after, before in zip(cpu_after, cpu_before)] for i in (0, 1))
     wire = _wire_bytes_per_round(wire_before, wire_bytes.totals(), peers, repeats)
     # The memory sampler is a thread of this process: not the driver's work.
     sampler = (peak.sampler_cpu_seconds() - sampler_before) / repeats
-    cpu[0] -= sampler
+    driver = cpu[0] - sampler
     weights = process.get_model_weights(state).trainable
   model_bytes = 4 * (sum(int(np.prod(s)) for s in model.weight_shapes()) +
                      num_classes * model.embedding_dim)
@@ -250,10 +262,9 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
           **({"one_call_at_a_time": True} if one_call_at_a_time and workers > 1 else {}),
           **({"spreadout_shards": spreadout_shards} if spreadout_shards else {}),
           "cpu_seconds_per_round": {
-              "driver": round(cpu[0], 3), "memory_sampler": round(sampler, 3),
-              "workers": [round(c, 3) for c in cpu[1:1 + workers]],
-              **({"spreadout_shards": [round(c, 3) for c in cpu[1 + workers:]]}
-                 if spreadout_shards else {})},
+              "driver": round(driver, 3), "memory_sampler": round(sampler, 3),
+              **_per_process(cpu, workers, spreadout_shards)},
+          "kernel_cpu_seconds_per_round": _per_process(kernel, workers, spreadout_shards),
           "wire_bytes_per_round": wire,
           "weights_sha1": _digest(weights),
           "num_features": num_features, "clients_per_round": num_clients,
