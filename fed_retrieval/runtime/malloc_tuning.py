@@ -37,7 +37,10 @@ keeps ~0.25 GB more (the tree over 10 rounds 7.1 -> 7.3 GB; one-off, by each
 process's RSS after each round); smaller rounds
 (FedAwS's default benchmark round, 14 alternated runs each; the real data
 sets' runs) did not move beyond the noise. The workers still map theirs:
-from the heap they cost the tree 0.8-1.35 GB more for 8% of their CPU.
+with every process's from the heap (`MALLOC_MMAP_MAX_=0` in the
+environment), three workers beside three shards at that shape took 8.1-8.6
+CPU s a round together against 8.0-8.1 and the tree peaked at 7.5-7.6 GB
+against 7.0-7.1 (two runs each, alternated).
 
 The driving process is tuned with `mallopt` when it connects to a worker; a
 worker this project starts gets `SETTINGS` through glibc's environment
