@@ -11,9 +11,24 @@ import sys
 import threading
 from typing import Callable, List, Sequence, Tuple, Union
 
+from fed_retrieval.runtime import malloc_tuning
 from fed_retrieval.runtime import quiet_environment
 
+
+def _main_module() -> str:
+  """The name of the module run as the program ('' for none: pytest's)."""
+  return getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", "")
+
+
+# The programs that drive TFF rounds tune malloc here, while single-threaded
+# (`malloc_tuning`): TensorFlow's threads each take a malloc arena of their
+# own as they start, which an arena limit set later leaves.
+_DRIVES_ROUNDS = ("scripts.benchmark", "scripts.benchmark_round_cost", "scripts.compare",
+                  "scripts.train_federated")
+
 quiet_environment.apply()
+if _main_module() in _DRIVES_ROUNDS:
+  malloc_tuning.tune_this_process()
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags  # pylint: disable=g-import-not-at-top
@@ -33,8 +48,7 @@ def _uses_the_host_network(args: Sequence[str]) -> bool:
   over the host's network;
   `scripts.worker` is reached over it. Every other program keeps to a private
   network namespace with only loopback (its local worker unreachable)."""
-  main_spec = getattr(sys.modules["__main__"], "__spec__", None)
-  return (getattr(main_spec, "name", "") == "scripts.worker" or
+  return (_main_module() == "scripts.worker" or
           any(a == f"--{flag}" or (a.startswith(f"--{flag}=") and a != f"--{flag}=")
               for a in args for flag in _REMOTE_FLAGS))
 
@@ -56,8 +70,7 @@ def _exit_on_interrupt() -> None:
   (a background job) keeps ignoring it, and a program that is not one of the
   scripts (pytest importing this module) keeps its own Ctrl-C.
   """
-  main_spec = getattr(sys.modules["__main__"], "__spec__", None)
-  name = getattr(main_spec, "name", "")
+  name = _main_module()
   if (signal.getsignal(signal.SIGINT) is signal.SIG_IGN or
       not name.startswith("scripts.") or name == "scripts.worker"):
     return  # (scripts.worker stops its worker on Ctrl-C itself.)

@@ -69,3 +69,45 @@ def test_session_worker_runs_with_the_settings(tff_worker_environment):
   for name, (_, value) in malloc_tuning.SETTINGS.items():
     assert tff_worker_environment[name] == str(value)
   assert "MALLOC_MMAP_MAX_" not in tff_worker_environment  # The driver's alone.
+
+
+# Imports `scripts.cli` as the program argv[1] would, then has 16 threads
+# malloc at once (each takes an arena of its own, up to glibc's limit: 8 a
+# core by default); prints how many arenas malloc then has.
+ARENAS = """
+import ctypes, os, sys, tempfile, threading, types
+sys.modules["__main__"].__spec__ = types.SimpleNamespace(name=sys.argv[1])
+from scripts import cli
+barrier = threading.Barrier(16)
+def allocate():
+  buffer = bytearray(1000)
+  barrier.wait()
+threads = [threading.Thread(target=allocate) for _ in range(16)]
+for thread in threads:
+  thread.start()
+for thread in threads:
+  thread.join()
+libc = ctypes.CDLL(None)
+libc.fdopen.restype = ctypes.c_void_p
+with tempfile.TemporaryFile("w+") as report:
+  stream = libc.fdopen(os.dup(report.fileno()), b"w")
+  libc.malloc_info(0, ctypes.c_void_p(stream))
+  libc.fclose(ctypes.c_void_p(stream))
+  report.seek(0)
+  print(report.read().count("<heap nr="))
+"""
+
+
+def _arenas(program: str) -> int:
+  environment = {k: v for k, v in os.environ.items()
+                 if k not in malloc_tuning.DRIVER_SETTINGS}
+  result = subprocess.run([sys.executable, "-c", ARENAS, program], cwd=ROOT,
+                          env=environment, capture_output=True, text=True, timeout=300,
+                          check=True)
+  return int(result.stdout.split()[-1])
+
+
+def test_a_program_that_drives_rounds_is_tuned_before_its_threads_take_arenas():
+  cores = worker_threads.available_cores()
+  assert _arenas("scripts.train_federated") <= cores
+  assert _arenas("scripts.train_centralized") > cores  # Left as glibc has it.
