@@ -1,4 +1,5 @@
-r"""What every script does first: quiet TF logs, a private network, clean errors.
+r"""What every script does first: quiet TF logs, a private network, clean errors
+(and malloc tuned, in the programs that drive TFF rounds).
 
 Import this module before TensorFlow: it must isolate the network while the
 process is still single-threaded (see `tff_runtime.isolate_network`).
@@ -16,7 +17,7 @@ from fed_retrieval.runtime import quiet_environment
 
 
 def _main_module() -> str:
-  """The name of the module run as the program ('' for none: pytest's)."""
+  """The module run as the program (`python -m NAME`), or ''."""
   return getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", "")
 
 
