@@ -47,8 +47,9 @@ program that drives TFF rounds first thing (`scripts.cli`), any other when
 it connects to a worker. glibc gives each new thread a malloc arena of its
 own, up to 8 a core, and fixes that limit once reached: tuned only at its
 first connection, the driver's threads (TensorFlow's, gRPC's, the calls')
-had taken up to 16 arenas, which the arena limit then left, and with
-nothing mapped each kept its own share of the calls' large buffers. FedSS
+had taken their arenas already (a process that has imported TensorFlow and
+run one op has 9), which the arena limit then left, and with nothing
+mapped each kept its own share of the calls' large buffers. FedSS
 at Amazon-670K's shape, 4,000 clients on 3 workers, two runs each,
 alternated: tuned at its start the driver peaked at 3.1-3.2 GB against
 5.3-5.7, the tree at 8.8-8.9 against 11.0-11.3 GB, and the driver took
