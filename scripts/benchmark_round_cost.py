@@ -16,8 +16,9 @@ first sitting's).
 Each configuration's timed rounds follow --warmup_rounds untimed ones, by
 default as many as the most workers of --local_workers.
 On several workers each run states the CPU seconds a round of the driver
-and of each worker (and the kernel's part of each worker's), and a digest of the weights (the same on any number of
-workers); with --local_spreadout_shards, of each shard of FedAwS's index.
+and of each worker (and the kernel's part of each worker's), and a digest
+of the weights (the same on any number of workers); with
+--local_spreadout_shards, of each shard of FedAwS's index.
 With one worker and several among --local_workers, `busiest_worker_cpu_share`
 gives each several-worker run's busiest worker's CPU over the one worker's
 (the median over sittings; each sitting's too).

@@ -37,8 +37,8 @@ keeps ~0.25 GB more (the tree over 10 rounds 7.1 -> 7.3 GB; one-off, by each
 process's RSS after each round); smaller rounds
 (FedAwS's default benchmark round, 14 alternated runs each; the real data
 sets' runs) did not move beyond the noise. The workers still map theirs:
-with every process's from the heap (`MALLOC_MMAP_MAX_=0` in the
-environment), three workers beside three shards at that shape took 8.1-8.6
+with every process's from the heap (the settings and `MALLOC_MMAP_MAX_=0`
+as environment variables), three workers beside three shards at that shape took 8.1-8.6
 CPU s a round together against 8.0-8.1 and the tree peaked at 7.5-7.6 GB
 against 7.0-7.1 (two runs each, alternated).
 
