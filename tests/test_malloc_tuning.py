@@ -1,6 +1,7 @@
 """glibc malloc keeps the rounds' large buffers: fewer page faults, in this
 process and in the TFF worker (`fed_retrieval/runtime/malloc_tuning.py`)."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 
 from fed_retrieval.runtime import malloc_tuning
 from fed_retrieval.runtime import worker_threads
+from scripts import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,18 +73,19 @@ def test_session_worker_runs_with_the_settings(tff_worker_environment):
   assert "MALLOC_MMAP_MAX_" not in tff_worker_environment  # The driver's alone.
 
 
-# Imports `scripts.cli` as the program argv[1] would, then has 16 threads
-# malloc at once (each takes an arena of its own, up to glibc's limit: 8 a
-# core by default); prints how many arenas malloc then has.
+# Imports `scripts.cli` as the program argv[1] would, then has argv[2]
+# threads malloc at once (each takes an arena of its own, up to glibc's
+# limit: 8 a core by default); prints how many arenas malloc then has.
 ARENAS = """
 import ctypes, os, sys, tempfile, threading, types
 sys.modules["__main__"].__spec__ = types.SimpleNamespace(name=sys.argv[1])
 from scripts import cli
-barrier = threading.Barrier(16)
+count = int(sys.argv[2])
+barrier = threading.Barrier(count)
 def allocate():
   buffer = bytearray(1000)
   barrier.wait()
-threads = [threading.Thread(target=allocate) for _ in range(16)]
+threads = [threading.Thread(target=allocate) for _ in range(count)]
 for thread in threads:
   thread.start()
 for thread in threads:
@@ -98,10 +101,10 @@ with tempfile.TemporaryFile("w+") as report:
 """
 
 
-def _arenas(program: str) -> int:
+def _arenas(program: str, threads: int) -> int:
   environment = {k: v for k, v in os.environ.items()
                  if k not in malloc_tuning.DRIVER_SETTINGS}
-  result = subprocess.run([sys.executable, "-c", ARENAS, program], cwd=ROOT,
+  result = subprocess.run([sys.executable, "-c", ARENAS, program, str(threads)], cwd=ROOT,
                           env=environment, capture_output=True, text=True, timeout=300,
                           check=True)
   return int(result.stdout.split()[-1])
@@ -109,5 +112,8 @@ def _arenas(program: str) -> int:
 
 def test_a_program_that_drives_rounds_is_tuned_before_its_threads_take_arenas():
   cores = worker_threads.available_cores()
-  assert _arenas("scripts.train_federated") <= cores
-  assert _arenas("scripts.train_centralized") > cores  # Left as glibc has it.
+  threads = 2 * cores  # Untuned: an arena each, and the main one.
+  assert _arenas("scripts.train_federated", threads) <= cores
+  assert _arenas("scripts.train_centralized", threads) > cores  # As glibc has it.
+  # Each program named is one: a renamed script would silently go untuned.
+  assert all(importlib.util.find_spec(name) for name in cli._DRIVES_ROUNDS)  # pylint: disable=protected-access
