@@ -21,6 +21,10 @@ of the weights (the same on any number of workers); with
 --local_spreadout_shards, of each shard of FedAwS's index.
 With one worker and several among --local_workers, `busiest_worker_cpu_share`
 gives each several-worker run's busiest worker's CPU over the one worker's
+(the median over sittings; each sitting's too). Every run states its round
+modelled on as many machines as workers, each with its worker and a share
+of the shards (`modelled_round`: the driver's CPU seconds plus the busiest
+machine's), and `driver_share_of_modelled_round` the driver's share of it
 (the median over sittings; each sitting's too).
 `make benchmark-round-cost` runs both algorithms at 10k, 100k and 670k
 classes (Amazon-670K's 135,909 features) with the same clients, the
@@ -150,6 +154,16 @@ def _in_child(num_classes: int, workers: int, shards: int) -> dict:
   return answer["report"]
 
 
+def _add_medians(report: dict, name: str, by_sitting: list) -> None:
+  """`report[name]`: each configuration's median of a figure over the
+  sittings (`by_sitting`: a list per sitting, None for a configuration
+  without one); with several sittings, each sitting's too."""
+  report[name] = [None if column[0] is None else round(float(np.median(column)), 3)
+                  for column in zip(*by_sitting)]
+  if len(by_sitting) > 1:
+    report[f"{name}_by_sitting"] = by_sitting
+
+
 def main(argv) -> None:
   del argv
   configurations = [(n, w, s) for n in _counts(_NUM_CLASSES, 2)
@@ -172,11 +186,9 @@ def main(argv) -> None:
       report["seconds_ratio_by_sitting"] = np.round(ratios, 2).tolist()
     shares = [round_cost_benchmark.busiest_worker_shares(runs) for runs in sittings]
     if any(share is not None for share in shares[0]):
-      report["busiest_worker_cpu_share"] = [
-          None if column[0] is None else round(float(np.median(column)), 3)
-          for column in zip(*shares)]
-      if len(sittings) > 1:
-        report["busiest_worker_cpu_share_by_sitting"] = shares
+      _add_medians(report, "busiest_worker_cpu_share", shares)
+    _add_medians(report, "driver_share_of_modelled_round",
+                 [[r["modelled_round"]["driver_share"] for r in runs] for runs in sittings])
   print(json.dumps(report, indent=2))
   result_files.write_report_page(page_flag.PAGE.value, "Sub-model round cost", report)
 

@@ -130,6 +130,21 @@ def test_the_busiest_workers_share_is_of_the_one_worker_at_the_same_classes_and_
   assert round_cost_benchmark.busiest_worker_shares(runs) == [None, 0.45, None, 0.3, None]
 
 
+def test_the_modelled_round_adds_the_busiest_machine_to_the_driver():
+  """Machine i: worker i and the shards j with j mod W = i."""
+  one = {"driver": 1.0, "memory_sampler": 0.1, "workers": [8.0],
+         "spreadout_shards": [2.0, 2.0, 2.0]}
+  assert round_cost_benchmark.modelled_round(one) == {"seconds": 15.0,
+                                                      "driver_share": round(1 / 15, 3)}
+  three = {"driver": 0.5, "workers": [3.0, 3.5, 2.0], "spreadout_shards": [1.0, 0.5, 2.0]}
+  # Machines 4.0, 4.0, 4.0: the shards even out the workers.
+  assert round_cost_benchmark.modelled_round(three) == {"seconds": 4.5, "driver_share": 0.111}
+  two = {"driver": 0.5, "workers": [3.0, 3.5], "spreadout_shards": [1.0, 0.5, 2.0]}
+  assert round_cost_benchmark.modelled_round(two)["seconds"] == 6.5  # 3 + 1 + 2 = 6.
+  assert round_cost_benchmark.modelled_round(
+      {"driver": 2.0, "workers": [6.0, 4.0]}) == {"seconds": 8.0, "driver_share": 0.25}
+
+
 @pytest.mark.runs_long
 def test_one_and_two_workers_in_sittings_give_the_busiest_workers_median_share():
   report = benchmark("--algorithm=fedss", "--num_classes=300", "--num_negatives=20",
@@ -141,6 +156,13 @@ def test_one_and_two_workers_in_sittings_give_the_busiest_workers_median_share()
   one, two = report["runs"]
   assert by_sitting[0][1] == round(max(two["cpu_seconds_per_round"]["workers"]) /
                                    one["cpu_seconds_per_round"]["workers"][0], 3)
+  driver_shares = report["driver_share_of_modelled_round_by_sitting"]
+  assert driver_shares[0] == [r["modelled_round"]["driver_share"] for r in (one, two)]
+  assert report["driver_share_of_modelled_round"] == [
+      round(float(np.median(column)), 3) for column in zip(*driver_shares)]
+  assert two["modelled_round"] == round_cost_benchmark.modelled_round(
+      two["cpu_seconds_per_round"])
+  assert 0 < two["modelled_round"]["driver_share"] < 1
   # One call a round, run on the first worker: the second moves nothing.
   wire = two["wire_bytes_per_round"]
   assert wire["to_workers"][1] == wire["from_workers"][1] == 0
