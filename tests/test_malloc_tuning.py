@@ -31,13 +31,19 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
 """
 
 
-def _faults_per_buffer(mode: str, megabytes: int) -> float:
+def _printed(program: str, *args) -> str:
+  """The last word `program` prints, run in a fresh Python without any of
+  the malloc settings in its environment."""
   environment = {k: v for k, v in os.environ.items()
                  if k not in malloc_tuning.DRIVER_SETTINGS}
-  result = subprocess.run([sys.executable, "-c", PROGRAM, mode, str(megabytes)], cwd=ROOT,
-                          env=environment, capture_output=True, text=True, timeout=120,
+  result = subprocess.run([sys.executable, "-c", program, *map(str, args)], cwd=ROOT,
+                          env=environment, capture_output=True, text=True, timeout=300,
                           check=True)
-  return float(result.stdout.split()[-1])
+  return result.stdout.split()[-1]
+
+
+def _faults_per_buffer(mode: str, megabytes: int) -> float:
+  return float(_printed(PROGRAM, mode, megabytes))
 
 
 @pytest.mark.parametrize("megabytes", [20, 40])  # Below glibc's largest mmap threshold, above.
@@ -102,12 +108,7 @@ with tempfile.TemporaryFile("w+") as report:
 
 
 def _arenas(program: str, threads: int) -> int:
-  environment = {k: v for k, v in os.environ.items()
-                 if k not in malloc_tuning.DRIVER_SETTINGS}
-  result = subprocess.run([sys.executable, "-c", ARENAS, program, str(threads)], cwd=ROOT,
-                          env=environment, capture_output=True, text=True, timeout=300,
-                          check=True)
-  return int(result.stdout.split()[-1])
+  return int(_printed(ARENAS, program, threads))
 
 
 def test_a_program_that_drives_rounds_is_tuned_before_its_threads_take_arenas():
