@@ -301,3 +301,27 @@ def test_means_added_to_the_table_in_blocks_are_the_means_to_the_bit(monkeypatch
   np.testing.assert_array_equal(sums.add_means(table, 0.5), held)
   np.testing.assert_array_equal(table, expected)
   assert len(held) > 4  # Three blocks or more.
+
+
+def test_a_dense_part_gives_its_keyed_rows_sums_to_the_bit():
+  """A call's bag as a dense part (zeros outside its keys) sums to the same
+  bits as the same rows added by key, across calls and after `clear`; rows
+  outside every part stay zero and are not held."""
+  rng = np.random.default_rng(5)
+  calls = [(np.array(k), rng.normal(size=(len(k), 3)).astype(np.float32) * 1e-3, w)
+           for k, w in (([0, 2, 3], 2.0), ([2, 3, 4], 1.0), ([3], 0.5))]
+  calls[1][1][0] = -0.0  # A -0.0 upload added to a sum is the sum.
+  by_key, dense = sub_model.RowSums(6, 3, "clients"), sub_model.RowSums(6, 3, "clients")
+  for _ in range(2):
+    for sums in by_key, dense:
+      sums.clear()
+    for keys, rows, weight in calls:
+      by_key.add(sub_model_answers.RowParts([keys], [rows], [], [weight]))
+      whole = np.zeros((6, 3), np.float32)
+      whole[keys] = rows
+      dense.add(sub_model_answers.RowParts([keys], [whole], [], [weight], dense=True))
+    assert dense.mean().tobytes() == by_key.mean().tobytes()
+    np.testing.assert_array_equal(np.signbit(dense.mean()), np.signbit(by_key.mean()))
+    np.testing.assert_array_equal(dense.mean()[[1, 5]], 0.0)
+    np.testing.assert_allclose(dense.mean()[3], sum(r[list(k).index(3)] for k, r, _ in calls) / 3.5,
+                               rtol=1e-6)

@@ -204,11 +204,12 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
     # Only the updated rows and their neighbours move: the step runs on those
     # rows and writes them back into the round's table, O(rows moved) and not
     # O(C) (at 670k classes, the table's copies into TF and back were most of
-    # a 100-client round's server step).
+    # a 100-client round's server step). The new rows are read as a view of
+    # the step's tensor: `.numpy()` would copy them.
     neighbours = index.nearest(before, table, updated, updated, k)
     rows, lookup = row_ids.distinct_and_lookup(
         np.concatenate([updated, neighbours.ravel()]), num_rows)
-    table[rows] = given(table[rows], lookup[updated], lookup[neighbours]).numpy()
+    table[rows] = np.asarray(given(table[rows], lookup[updated], lookup[neighbours]))
     index.moved(table, rows)
     return table
 

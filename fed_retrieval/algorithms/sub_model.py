@@ -242,7 +242,9 @@ class RowSums:
   """A round's row deltas summed per row, in place on arrays of the table's
   shape kept across rounds, as the calls' uploads arrive: `add` folds in
   parts (`sub_model_answers.RowParts`, whose keys may repeat), O(rows
-  uploaded); `add_means` adds each held row's mean delta to its row of a
+  uploaded), or a dense part in one pass over the table (a sharded call's
+  bag, 95% of its rows at Amazon-670K's shape: a round's 8 calls took 135 ms
+  to add by key, 27 ms dense; one-off); `add_means` adds each held row's mean delta to its row of a
   table, `mean` gives the dense mean over every client (the bag's: zeros on
   rows nobody read); `clear` zeros what was summed, for the next round.
 
@@ -272,6 +274,11 @@ class RowSums:
     weight), how many clients held each key (none: not counted, as a call's
     bag's), and their clients' weights."""
     if not parts.keys:
+      return
+    if parts.dense:  # Zeros add nothing: a sum is never -0.0 (it starts at +0.0).
+      self._sums += parts.sums[0]
+      self._held[parts.keys[0]] = True
+      self._weights.extend(parts.weights)
       return
     # The parts in one step, one pass over the table's rows for
     # `add_in_order`'s counts: a call of 500 clients, a part each, at 670k
@@ -522,7 +529,8 @@ class SubModelProcess:
           [a[1] for a in answers], [u[0] for u in uploads], [a[2] for a in answers],
           weights, spec.row_mean == "clients")
       bag = (sub_model_answers.RowParts([call_bag.keys], [np.asarray(outputs[4])], [],
-                                        [float(w) for w in np.concatenate(weights)])
+                                        [float(w) for w in np.concatenate(weights)],
+                                        dense=True)
              if self._bagged else None)
     else:  # Per client: rows, [bag rows,] count.
       weights = [float(u[-1]) for u in uploads]

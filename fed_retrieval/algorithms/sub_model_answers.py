@@ -18,11 +18,14 @@ class RowParts(NamedTuple):
   client, or a call's bag) its row keys, their deltas summed over its clients
   (with the `clients` mean, each client's scaled by its weight), how many of
   its clients held each key (a call's bag: not counted, its mean is over
-  every client), and its clients' weights."""
+  every client), and its clients' weights. `dense`: one part whose sums
+  cover every row of the table, zeros outside its keys (a sharded call's bag:
+  added in one pass, not gathered and scattered by key)."""
   keys: List[np.ndarray]
   sums: List[np.ndarray]
   holders: List[np.ndarray]
   weights: List[float]
+  dense: bool = False
 
 
 def answers(state, keys, bagged: bool) -> List[tuple]:

@@ -7,8 +7,9 @@ with a selected bag, its bag rows, computed from its own data and the round.
 model with the rows it was answered, and returns its deltas. The tower's
 deltas are averaged in TFF (example-weighted; DP: summed after each client
 clips its own); the rows' come back per client for the server to average
-(`sub_model.RowSums`), but the bag's summed on the call's rows (sharded: the
-bag rows a worker's calls read are a value it holds for the round,
+(`sub_model.RowSums`), but the bag's summed over the call's clients, sharded
+as one array of the bag's shape (zeros on the rows none of them read: the
+server adds it in one pass, `sub_model_answers.RowParts.dense`; the bag rows a worker's calls read are a value it holds for the round,
 `sub_model_answers.RoundBags`, and a call broadcasts which of them its
 shards read, each shard gathering its clients' rows by the bag keys its
 keys' computation left in the worker); with the whole table,
@@ -244,9 +245,9 @@ class ClientRound:
     tower by examples; the whole table by examples or per client), the loss
     sum and examples; with the whole table, the table mean's weight; else
     each client's uploads, stacked, and with a bag its deltas weighted by
-    examples and summed on the call's rows (read from `worker_bag`, the rows
-    its worker holds, by where the clients' `bag_keys` are among the call's
-    keys).
+    examples and summed per bag row, [bag rows, D], zeros on rows none of
+    its clients read (their rows read from `worker_bag`, the rows its worker
+    holds, by where the clients' `bag_keys` are among the call's keys).
     (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
@@ -293,8 +294,7 @@ class ClientRound:
     result = shared, loss_total, examples, (row_ta.stack(), count_ta.stack())
     if not self.bagged:
       return result
-    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), bag[1],
-                                            tf.shape(broadcast[1])[0])
+    bag_sums = tf.math.unsorted_segment_sum(bag_ta.concat(), bag[0], self.bag_rows)
     return result + (tf.reshape(bag_sums, [-1, self.bag_dim]),)
 
   def _add(self, broadcast, totals, i, result):
