@@ -34,8 +34,9 @@ client's own examples, and with a bag the distinct bag rows its clients read
 clients' class rows, and which bag rows the call reads); step 2
 trains the shard's clients one after another in one pass over its batches,
 each from the round's model with its own rows, and returns their class-row
-uploads stacked, their bag deltas summed on the call's rows (over the call's
-shards, in TFF) and their tower deltas' mean.
+uploads stacked, their bag deltas summed over the call's shards in TFF (one
+array of the bag's shape, zeros on rows none read) and their tower deltas'
+mean.
 The round is the one of a TFF client each (tested, to rounding) without
 TFF's cost per client call, twice a round (a client's dataset serialized
 into the worker, its result out): on `xc_small`, 100 clients a round, a
