@@ -9,6 +9,7 @@ import pytest
 
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms import sub_model_answers
+from fed_retrieval.algorithms import sub_model_clients
 from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
@@ -325,3 +326,26 @@ def test_a_dense_part_gives_its_keyed_rows_sums_to_the_bit():
     np.testing.assert_array_equal(dense.mean()[[1, 5]], 0.0)
     np.testing.assert_allclose(dense.mean()[3], sum(r[list(k).index(3)] for k, r, _ in calls) / 3.5,
                                rtol=1e-6)
+
+
+def test_a_calls_bag_sums_on_every_row_or_on_its_rows_give_the_same_weights(
+    tff_context, monkeypatch):
+  """Sharded FedSS with a selected bag, in calls of 2 shards: calls that
+  return their bag sums on every bag row (`DENSE_BAG_SHARE` 0) and calls
+  that return them on their own rows (above 1) give the same weights to the
+  bit; the driver adds them in one pass or by key, as they come."""
+  task, config = settings("k_labels_per_client", 3)
+  monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", 4)
+  weights, dense_parts = [], []
+  add = sub_model.RowSums.add
+  for share in (0.0, 2.0):
+    seen = []
+    monkeypatch.setattr(sub_model.RowSums, "add",
+                        lambda self, parts, seen=seen: (seen.append(parts.dense),
+                                                        add(self, parts)))
+    monkeypatch.setattr(sub_model_clients, "DENSE_BAG_SHARE", share)
+    weights.append(two_rounds(build(task, config, "fedss"), task, config, 3)[0])
+    dense_parts.append(sum(seen))
+  assert dense_parts == [4, 0]  # Two calls a round, two rounds.
+  for dense, keyed in zip(*weights):
+    assert dense.tobytes() == keyed.tobytes()

@@ -34,9 +34,9 @@ client's own examples, and with a bag the distinct bag rows its clients read
 clients' class rows, and which bag rows the call reads); step 2
 trains the shard's clients one after another in one pass over its batches,
 each from the round's model with its own rows, and returns their class-row
-uploads stacked, their bag deltas summed over the call's shards in TFF (one
-array of the bag's shape, zeros on rows none read) and their tower deltas'
-mean.
+uploads stacked, their bag deltas summed over the call's shards in TFF (on
+the call's rows, or an array of the bag's shape when the call reads most of
+it) and their tower deltas' mean.
 The round is the one of a TFF client each (tested, to rounding) without
 TFF's cost per client call, twice a round (a client's dataset serialized
 into the worker, its result out): on `xc_small`, 100 clients a round, a
@@ -244,8 +244,8 @@ class RowSums:
   shape kept across rounds, as the calls' uploads arrive: `add` folds in
   parts (`sub_model_answers.RowParts`, whose keys may repeat), O(rows
   uploaded), or a dense part in one pass over the table (a sharded call's
-  bag, 95% of its rows at Amazon-670K's shape: a round's 8 calls took 135 ms
-  to add by key, 27 ms dense; one-off); `add_means` adds each held row's mean delta to its row of a
+  bag when it reads most of it: at Amazon-670K's shape, 8 calls each of 95%
+  of its rows took 135 ms to add by key, 27 ms dense; one-off); `add_means` adds each held row's mean delta to its row of a
   table, `mean` gives the dense mean over every client (the bag's: zeros on
   rows nobody read); `clear` zeros what was summed, for the next round.
 
@@ -529,10 +529,12 @@ class SubModelProcess:
       rows = sub_model_answers.client_parts(
           [a[1] for a in answers], [u[0] for u in uploads], [a[2] for a in answers],
           weights, spec.row_mean == "clients")
-      bag = (sub_model_answers.RowParts([call_bag.keys], [np.asarray(outputs[4])], [],
-                                        [float(w) for w in np.concatenate(weights)],
-                                        dense=True)
-             if self._bagged else None)
+      bag = None
+      if self._bagged:  # On every bag row, or on the call's (the same when all).
+        sums = np.asarray(outputs[4])
+        bag = sub_model_answers.RowParts([call_bag.keys], [sums], [],
+                                         [float(w) for w in np.concatenate(weights)],
+                                         dense=len(sums) == self._bag_rows)
     else:  # Per client: rows, [bag rows,] count.
       weights = [float(u[-1]) for u in uploads]
       rows = sub_model_answers.client_parts(
