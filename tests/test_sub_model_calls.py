@@ -324,13 +324,15 @@ def test_a_dense_part_gives_its_keyed_rows_sums_to_the_bit():
     assert dense.mean().tobytes() == by_key.mean().tobytes()
     np.testing.assert_array_equal(np.signbit(dense.mean()), np.signbit(by_key.mean()))
     np.testing.assert_array_equal(dense.mean()[[1, 5]], 0.0)
-    np.testing.assert_allclose(dense.mean()[3], sum(r[list(k).index(3)] for k, r, _ in calls) / 3.5,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        dense.mean()[3], sum(r[list(k).index(3)] for k, r, _ in calls) / 3.5, rtol=1e-6)
+    np.testing.assert_array_equal(dense.add_means(np.zeros((6, 3), np.float32), 1.0),
+                                  [0, 2, 3, 4])
 
 
 def test_a_calls_bag_sums_on_every_row_or_on_its_rows_give_the_same_weights(
     tff_context, monkeypatch):
-  """Sharded FedSS with a selected bag, in calls of 2 shards: calls that
+  """Sharded FedSS with a selected bag, in calls of up to 2 shards: calls that
   return their bag sums on every bag row (`DENSE_BAG_SHARE` 0) and calls
   that return them on their own rows (above 1) give the same weights to the
   bit; the driver adds them in one pass or by key, as they come."""

@@ -245,9 +245,10 @@ class RowSums:
   parts (`sub_model_answers.RowParts`, whose keys may repeat), O(rows
   uploaded), or a dense part in one pass over the table (a sharded call's
   bag when it reads most of it: at Amazon-670K's shape, 8 calls each of 95%
-  of its rows took 135 ms to add by key, 27 ms dense; one-off); `add_means` adds each held row's mean delta to its row of a
-  table, `mean` gives the dense mean over every client (the bag's: zeros on
-  rows nobody read); `clear` zeros what was summed, for the next round.
+  of its rows took 135 ms to add by key, 27 ms dense; one-off); `add_means`
+  adds each held row's mean delta to its row of a table, `mean` gives the
+  dense mean over every client (the bag's: zeros on rows nobody read);
+  `clear` zeros what was summed, for the next round.
 
   `holders`: each row's deltas averaged over the clients that held it;
   `clients`: the example-weighted sum over every client divided by the

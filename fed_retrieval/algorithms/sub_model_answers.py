@@ -19,8 +19,9 @@ class RowParts(NamedTuple):
   (with the `clients` mean, each client's scaled by its weight), how many of
   its clients held each key (a call's bag: not counted, its mean is over
   every client), and its clients' weights. `dense`: one part whose sums
-  cover every row of the table, zeros outside its keys (a sharded call's bag:
-  added in one pass, not gathered and scattered by key)."""
+  cover every row of the table, zeros outside its keys (a sharded call's bag
+  that reads most of it), added in one pass, not gathered and scattered by
+  key."""
   keys: List[np.ndarray]
   sums: List[np.ndarray]
   holders: List[np.ndarray]
