@@ -27,31 +27,42 @@ pytestmark = pytest.mark.xdist_group("sub_model_calls")
 NO_WORKER = object()  # A context that cannot hold values: the arrays themselves.
 
 
-def test_a_workers_bag_rows_go_once_and_each_call_names_its_own():
+def test_a_workers_rows_go_once_and_each_call_names_its_own():
   """Three shards, a call each, over two workers: worker 0's calls (0 and 2)
-  share one set of bag rows, the union of what they read, made once; each
-  call names its rows among them, in order, and their keys."""
+  share one set of class rows and one of bag rows, each the union of what
+  they read, made once; a call names its rows of each among them, in order,
+  and their keys; its answers are its clients' keys and is_real."""
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
-  state = {"tower": [bag], "table": np.eye(4, dtype=np.float32)}
+  table = np.arange(12, dtype=np.float32).reshape(6, 2)
   shard_keys = [  # (class keys [n, K], is_real [n, K], the shard's distinct bag rows).
-      (np.array([[0, 1], [2, 2]]), np.array([[True, True], [True, False]]),
+      (np.array([[0, 5], [2, 2]]), np.array([[True, True], [True, False]]),
        np.array([1, 4, 7, 9])),
       (np.array([[3, 0]]), np.array([[True, True]]), np.array([1, 7, 8])),
-      (np.array([[1, 1]]), np.array([[True, False]]), np.array([2, 4]))]
-  bags = sub_model_answers.RoundBags(bag, [k[2] for k in shard_keys],
-                                     [(0, 1), (1, 2), (2, 3)], 2, None)
-  first = bags.of_call(0, NO_WORKER)
-  assert bags.of_call(2, NO_WORKER) is first
-  np.testing.assert_array_equal(first.keys, [1, 2, 4, 7, 9])  # Shards 0 and 2.
-  np.testing.assert_array_equal(first.rows, bag[[1, 2, 4, 7, 9]])
+      (np.array([[5, 5]]), np.array([[True, False]]), np.array([2, 4]))]
+  calls = [(0, 1), (1, 2), (2, 3)]
+  rows = sub_model_answers.RoundRows(table, [k[0] for k in shard_keys], calls, 2, None)
+  bags = sub_model_answers.RoundRows(bag, [k[2] for k in shard_keys], calls, 2, None)
+  first, first_bag = rows.of_call(0, NO_WORKER), bags.of_call(0, NO_WORKER)
+  assert rows.of_call(2, NO_WORKER) is first and bags.of_call(2, NO_WORKER) is first_bag
+  np.testing.assert_array_equal(first.keys, [0, 2, 5])  # Shards 0 and 2.
+  np.testing.assert_array_equal(first.rows, table[[0, 2, 5]])
+  np.testing.assert_array_equal(first_bag.keys, [1, 2, 4, 7, 9])
+  np.testing.assert_array_equal(first_bag.rows, bag[[1, 2, 4, 7, 9]])
+  np.testing.assert_array_equal(rows.of_call(1, NO_WORKER).keys, [0, 3])
   np.testing.assert_array_equal(bags.of_call(1, NO_WORKER).keys, [1, 7, 8])
-  answers, call_bag = sub_model_answers.shard_answers(state, shard_keys[::2], first)
-  np.testing.assert_array_equal(call_bag.keys, [1, 2, 4, 7, 9])
-  np.testing.assert_array_equal(first.rows[call_bag.in_worker], bag[[1, 2, 4, 7, 9]])
-  answer = answers[0]
-  assert len(answer) == 3  # Class rows, keys, is_real: no bag positions.
-  np.testing.assert_array_equal(answer[0], state["table"][shard_keys[0][0]])
-  np.testing.assert_array_equal(answer[2], shard_keys[0][1])
+  answers, call_rows, call_bag = sub_model_answers.shard_answers(
+      shard_keys[2:], first, first_bag)
+  np.testing.assert_array_equal(call_rows.keys, [5])
+  np.testing.assert_array_equal(first.rows[call_rows.in_worker], table[[5]])
+  np.testing.assert_array_equal(call_bag.keys, [2, 4])
+  np.testing.assert_array_equal(first_bag.rows[call_bag.in_worker], bag[[2, 4]])
+  assert len(answers) == 1 and len(answers[0]) == 2  # Keys and is_real, no rows.
+  np.testing.assert_array_equal(answers[0][0], shard_keys[2][0])
+  np.testing.assert_array_equal(answers[0][1], shard_keys[2][1])
+  _, call_rows, no_bag = sub_model_answers.shard_answers(shard_keys[:1], first)
+  np.testing.assert_array_equal(call_rows.keys, [0, 2, 5])
+  np.testing.assert_array_equal(call_rows.in_worker, [0, 1, 2])
+  assert no_bag is None
 
 
 class _Context:
@@ -68,7 +79,7 @@ def test_every_workers_bag_is_made_at_once_in_the_context_its_calls_run_in(monke
                           (context.name, clients)) or value)
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   calls = [(0, 1), (1, 2), (2, 3), (3, 5)]  # The last call has two TFF clients.
-  bags = sub_model_answers.RoundBags(bag, [np.array([i]) for i in range(5)], calls, 2,
+  bags = sub_model_answers.RoundRows(bag, [np.array([i]) for i in range(5)], calls, 2,
                                      None)
   bags.make_all([_Context("first"), _Context("second")])
   # Worker 0: calls 0 and 2 (one client each); worker 1: call 1, and call 3 of
@@ -330,13 +341,15 @@ def test_a_dense_part_gives_its_keyed_rows_sums_to_the_bit():
                                   [0, 2, 3, 4])
 
 
-def test_a_calls_bag_sums_on_every_row_or_on_its_rows_give_the_same_weights(
-    tff_context, monkeypatch):
+@pytest.mark.parametrize("row_mean", ["holders", "clients"])
+def test_a_calls_sums_on_every_row_or_on_its_rows_give_the_same_weights(
+    tff_context, monkeypatch, row_mean):
   """Sharded FedSS with a selected bag, in calls of up to 2 shards: calls that
-  return their bag sums on every bag row (`DENSE_BAG_SHARE` 0) and calls
-  that return them on their own rows (above 1) give the same weights to the
-  bit; the driver adds them in one pass or by key, as they come."""
-  task, config = settings("k_labels_per_client", 3)
+  return their class rows' and bag's sums on every row of the table
+  (`DENSE_SHARE` 0) and calls that return them on their own rows (above 1)
+  give the same weights to the bit; the driver adds them in one pass or by
+  key, as they come."""
+  task, config = settings("k_labels_per_client", 3, row_mean)
   monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", 4)
   weights, dense_parts = [], []
   add = sub_model.RowSums.add
@@ -345,9 +358,52 @@ def test_a_calls_bag_sums_on_every_row_or_on_its_rows_give_the_same_weights(
     monkeypatch.setattr(sub_model.RowSums, "add",
                         lambda self, parts, seen=seen: (seen.append(parts.dense),
                                                         add(self, parts)))
-    monkeypatch.setattr(sub_model_clients, "DENSE_BAG_SHARE", share)
+    monkeypatch.setattr(sub_model_clients, "DENSE_SHARE", share)
     weights.append(two_rounds(build(task, config, "fedss"), task, config, 3)[0])
     dense_parts.append(sum(seen))
-  assert dense_parts == [4, 0]  # Two calls a round, two rounds.
+  assert dense_parts == [8, 0]  # Two tables, two calls a round, two rounds.
   for dense, keyed in zip(*weights):
     assert dense.tobytes() == keyed.tobytes()
+
+
+@pytest.mark.parametrize("share,dense", [(0.0, True), (2.0, False)])
+def test_a_shards_sums_leave_out_what_is_not_real(monkeypatch, share, dense):
+  """`ClientRound._call_sums` of 6 uploads on a 10-row table, a call reading
+  rows 1, 4, 7 and 9: each row's real values summed in order (row 9 read,
+  but only by a slot that is not real: zero), on every row (`DENSE_SHARE`
+  0) or on the call's rows; and how many real slots held each."""
+  monkeypatch.setattr(sub_model_clients, "DENSE_SHARE", share)
+  values = np.arange(12, dtype=np.float32).reshape(6, 2) + 0.5
+  ids = np.array([4, 1, 4, 7, 1, 9], np.int32)
+  real = np.array([True, True, False, True, True, False])
+  call_keys = np.array([1, 4, 7, 9], np.int32)
+  places = np.searchsorted(call_keys, ids).astype(np.int32)
+  sums = sub_model_clients.ClientRound._call_sums(  # pylint: disable=protected-access
+      values, ids, places, call_keys, 10, real).numpy()
+  holders = sub_model_clients.ClientRound._call_sums(  # pylint: disable=protected-access
+      np.ones(6, np.int32), ids, places, call_keys, 10, real).numpy()
+  expected = np.array([values[1] + values[4], values[0], values[3], [0.0, 0.0]])
+  if dense:
+    np.testing.assert_array_equal(sums[call_keys], expected)
+    np.testing.assert_array_equal(np.delete(sums, call_keys, axis=0), 0.0)
+    np.testing.assert_array_equal(holders[call_keys], [2, 1, 1, 0])
+    assert sums.shape == (10, 2) and holders.sum() == 4
+  else:
+    np.testing.assert_array_equal(sums, expected)
+    np.testing.assert_array_equal(holders, [2, 1, 1, 0])
+
+
+@pytest.mark.parametrize("table_rows", [4, 10])  # Dense: the call reads every row.
+def test_a_row_a_call_read_but_none_of_its_clients_held_is_not_held(table_rows):
+  """A call's part whose row 3 had no holder (read only by slots that are
+  not real): with `holders`, rows 0-2 take their mean, row 3 is neither held
+  nor moved (not 0 / 0), whether the part came dense or on its keys."""
+  keys, holders = np.arange(4, dtype=np.int32), np.array([2, 1, 4, 0], np.int32)
+  sums = np.array([[2.0], [3.0], [4.0], [0.0]], np.float32)
+  row_sums = sub_model.RowSums(table_rows, 1, "holders")
+  part = sub_model_answers.call_parts(keys, sums, [3.0], table_rows, holders)
+  assert part.dense == (table_rows == 4)
+  row_sums.add(part)
+  table = np.ones((table_rows, 1), np.float32)
+  np.testing.assert_array_equal(row_sums.add_means(table, 1.0), [0, 1, 2])
+  np.testing.assert_array_equal(table[:4, 0], [2.0, 4.0, 2.0, 1.0])

@@ -279,7 +279,11 @@ class RowSums:
       return
     if parts.dense:  # Zeros add nothing: a sum is never -0.0 (it starts at +0.0).
       self._sums += parts.sums[0]
-      self._held[parts.keys[0]] = True
+      if parts.holders:
+        self._holders += parts.holders[0]
+        self._held |= parts.holders[0] > 0
+      else:
+        self._held[parts.keys[0]] = True
       self._weights.extend(parts.weights)
       return
     # The parts in one step, one pass over the table's rows for
@@ -287,8 +291,10 @@ class RowSums:
     # rows took 40 ms part by part against 1.4 (one-off, thread clocks).
     keys = _joined(parts.keys)
     row_ids.add_in_order(self._sums, keys, _joined(parts.sums))
-    if parts.holders:
-      np.add.at(self._holders, keys, _joined(parts.holders))
+    if parts.holders:  # Rows a call read that none of its clients held: not held.
+      holders = _joined(parts.holders)
+      np.add.at(self._holders, keys, holders)
+      keys = keys[holders > 0]
     self._held[keys] = True
     self._weights.extend(parts.weights)
 
@@ -464,18 +470,22 @@ class SubModelProcess:
         sums.clear()
     work = _RoundSums([], 0.0, 0.0, rows=self._row_sums, bag=self._bag_sums)
     parts = []
-    bags = (sub_model_answers.RoundBags(
-        np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls,
-        max(len(contexts), 1), self._round.worker_bag_type)
-            if spec.sharded and self._bagged else None)
-
-    if bags is not None:  # In turn, before the calls' threads start.
-      bags.make_all(contexts)
+    held = []  # Sharded: the rows of each table a worker's calls read.
+    if spec.sharded:
+      held.append(sub_model_answers.RoundRows(
+          state["table"], [k[0] for k in keys], calls, max(len(contexts), 1),
+          self._round.worker_rows_type))
+      if self._bagged:
+        held.append(sub_model_answers.RoundRows(
+            np.asarray(state["tower"][0]), [k[2] for k in keys], calls,
+            max(len(contexts), 1), self._round.worker_bag_type))
+    for rows in held:  # In turn, before the calls' threads start.
+      rows.make_all(contexts)
 
     def run(context, i):
       start, end = calls[i]
       return self._call(context, state, dense, keys[start:end], sent[i][0],
-                        bags.of_call(i, context) if bags else None, sent[i][2])
+                        [rows.of_call(i, context) for rows in held], sent[i][2])
 
     for mean, loss_sum, count, rows, bag in _in_waves(contexts, len(calls), run):
       parts.append(([np.asarray(d) for d in mean[0]], float(count)))
@@ -506,45 +516,42 @@ class SubModelProcess:
     return data, list(worker_values.invoke(context, self.client_keys, seed, data)), None
 
   def _call(self, context, state, dense, keys, client_data_,
-            worker_bag: Optional[sub_model_answers.WorkerBag], bag_keys=None):
+            held: Sequence[sub_model_answers.WorkerRows], bag_keys=None):
     """One TFF call, in `context` (None: the default), of the round's clients
     whose keys (per TFF client: a client or a shard) are `keys` and data
-    `client_data_` (the call's value in its worker, `_sent`), sharded with
-    a bag reading the rows of `worker_bag` by its clients' `bag_keys` (in
-    the worker, `_sent`): (the mean (DP: sum) of the broadcast's deltas, loss
-    sum, examples, the class rows' and the bag's uploads as `RowParts`, each
-    None if not trained)."""
+    `client_data_` (the call's value in its worker, `_sent`), sharded reading
+    the rows its worker holds (`held`: the class rows', and with a bag the
+    bag's, read by its clients' `bag_keys`, in the worker: `_sent`): (the
+    mean (DP: sum) of the broadcast's deltas, loss sum, examples, the class
+    rows' and the bag's uploads as `RowParts`, each None if not trained)."""
     spec = self._spec
-    broadcast, call_bag = (dense,), None
     if spec.sharded:
-      answers, call_bag = sub_model_answers.shard_answers(state, keys, worker_bag)
-    else:
-      answers = sub_model_answers.answers(state, keys, self._bagged)
-    bag_args = ((broadcast + (call_bag.in_worker, call_bag.keys), worker_bag.rows)
-                if call_bag is not None else (broadcast,))
-    outputs = worker_values.invoke(context, self.client_round, *bag_args, answers,
-                                   *(() if call_bag is None else (bag_keys,)), client_data_)
-    mean, loss_sum, count, uploads = outputs[:4]
-    if spec.sharded:  # Per shard: rows [n, K, D], counts [n]; the call's bag sums.
-      weights = [np.asarray(u[-1]) for u in uploads]
-      rows = sub_model_answers.client_parts(
-          [a[1] for a in answers], [u[0] for u in uploads], [a[2] for a in answers],
-          weights, spec.row_mean == "clients")
-      bag = None
-      if self._bagged:  # On every bag row, or on the call's (the same when all).
-        sums = np.asarray(outputs[4])
-        bag = sub_model_answers.RowParts([call_bag.keys], [sums], [],
-                                         [float(w) for w in np.concatenate(weights)],
-                                         dense=len(sums) == self._bag_rows)
-    else:  # Per client: rows, [bag rows,] count.
-      weights = [float(u[-1]) for u in uploads]
-      rows = sub_model_answers.client_parts(
-          [a[1] for a in answers], [u[0] for u in uploads], [a[2] for a in answers],
-          weights, spec.row_mean == "clients")
-      bag = (sub_model_answers.client_parts(
-          [a[4] for a in answers], [u[1] for u in uploads],
-          [np.ones(len(a[4]), bool) for a in answers], weights, scaled=True)
-             if self._bagged else None)
+      answers, *call_rows = sub_model_answers.shard_answers(keys, *held)
+      called = [rows for rows in call_rows if rows is not None]
+      outputs = worker_values.invoke(
+          context, self.client_round,
+          (dense,) + tuple((rows.keys, rows.in_worker) for rows in called),
+          *(rows.rows for rows in held), answers,
+          *(() if bag_keys is None else (bag_keys,)), client_data_)
+      mean, loss_sum, count = outputs[:3]
+      weights = [float(count)]  # The call's examples: its clients' weights' sum.
+      rows = sub_model_answers.call_parts(called[0].keys, outputs[3], weights,
+                                          self._num_rows, outputs[4])
+      bag = (sub_model_answers.call_parts(called[1].keys, outputs[5], weights,
+                                          self._bag_rows) if self._bagged else None)
+      return mean, loss_sum, count, rows if spec.trains_rows else None, bag
+    answers = sub_model_answers.answers(state, keys, self._bagged)
+    mean, loss_sum, count, uploads = worker_values.invoke(
+        context, self.client_round, (dense,), answers, client_data_)
+    # Per client: rows, [bag rows,] count.
+    weights = [float(u[-1]) for u in uploads]
+    rows = sub_model_answers.client_parts(
+        [a[1] for a in answers], [u[0] for u in uploads], [a[2] for a in answers],
+        weights, spec.row_mean == "clients")
+    bag = (sub_model_answers.client_parts(
+        [a[4] for a in answers], [u[1] for u in uploads],
+        [np.ones(len(a[4]), bool) for a in answers], weights, scaled=True)
+           if self._bagged else None)
     return mean, loss_sum, count, rows if spec.trains_rows else None, bag
 
   def _server_step(self, state, work: "_RoundSums", round_num: int):

@@ -6,14 +6,15 @@ with a selected bag, its bag rows, computed from its own data and the round.
 (or each shard's clients one after another) trains by SGD from the round's
 model with the rows it was answered, and returns its deltas. The tower's
 deltas are averaged in TFF (example-weighted; DP: summed after each client
-clips its own); the rows' come back per client for the server to average
-(`sub_model.RowSums`), but the bag's summed over the call's clients (sharded,
-on the call's rows, or as one array of the bag's shape when the call reads
-most of it, `DENSE_BAG_SHARE`; the bag rows a worker's calls read are a
-value it holds for the round, `sub_model_answers.RoundBags`, and a call
-broadcasts which of them its shards read, each shard gathering its clients'
-rows by the bag keys its keys' computation left in the worker); with the
-whole table, the table is broadcast and averaged as the tower is. A shard's
+clips its own); a client's rows (and bag rows) come back for the server to
+average (`sub_model.RowSums`). Sharded, the rows of both tables that a
+worker's calls read are values it holds for the round
+(`sub_model_answers.RoundRows`), a call broadcasts which of them its shards
+read (`CallRows`), each shard gathers its clients' rows by their keys among
+the call's, and the call's deltas come back summed per row over its clients
+in TFF (on the call's rows, or as one array of the table's shape when the
+call reads most of it, `DENSE_SHARE`). With the whole table, the table is
+broadcast and averaged as the tower is. A shard's
 loops are `tf.while_loop`s with autograph off (as in `client_shards`):
 converting them and all they call was 5.3 of the 7.6 s a small XC run spent
 in autograph.
@@ -28,11 +29,12 @@ import tensorflow_federated as tff
 from fed_retrieval.algorithms import optimizers
 from tasks import client_data
 
-# A sharded call that reads at least this share of the bag's rows returns its
-# bag sums as an array of the bag's shape (zeros where none read), which the
-# server adds in one pass; a call reading fewer returns them on its rows.
-# FedAwS at Amazon-670K's shape (shares from the answers' bytes, dense and
-# not): calls of 500 clients read 99.7% of the bag, and dense took the
+# A sharded call that reads at least this share of a table's rows (the bag's
+# or the class table's) returns its sums as an array of the table's shape
+# (zeros where none read), which the server adds in one pass; a call reading
+# fewer returns them on its rows. Chosen on the bag: FedAwS at Amazon-670K's
+# shape (shares from the answers' bytes, dense and not): calls of 500
+# clients read 99.7% of the bag, and dense took the
 # driver's CPU a round on 3 workers from 1.11-1.14 to 1.00-1.01 s (two runs
 # each way, side by side); a round of 100 clients reads 70%, and dense made
 # its worker's answer 36 MB instead of 25 and the round at 10k labels
@@ -40,7 +42,7 @@ from tasks import client_data
 # Delicious's calls of 100 clients read 99.6-100% of their small bags, dense:
 # FedAwS's metrics the same to the bit, 10 passes in 26.0 and 45.7 s
 # against 25.7 and 44.5 by key (one run each).
-DENSE_BAG_SHARE = 0.9
+DENSE_SHARE = 0.9
 
 
 def tensor_type(shape, dtype=np.float32) -> tff.TensorType:
@@ -159,33 +161,38 @@ class ClientRound:
     self.spec, self.num_rows, self.dim, self.bag_dim = spec, num_rows, dim, bag_dim
     self.bag_rows = len(spec.initial_tower[0]) if spec.bag is not None else 0
     self.bagged = spec.bag is not None
-    # Sharded with a bag: the bag rows the worker holds are an argument of
+    # Sharded, the rows of each table the worker holds are an argument of
     # their own, and which of them the call reads and their keys go with the
-    # tower (`sub_model_answers.CallBag`). They are held at the clients, all
+    # tower (`sub_model_answers.CallRows`). They are held at the clients, all
     # equal, not at the server: TFF's C++ worker broadcasts a server value by
     # serializing it and parsing it anew, each call. At 4,000 clients at
     # Amazon-670K's shape, one worker's page faults a round went from
-    # 419-444k to 273-274k and its CPU from 8.25-8.27 to 7.23-7.61 s (two
-    # runs each way, alternated, 3 timed rounds; one-off, same weights).
+    # 419-444k to 273-274k and its CPU from 8.25-8.27 to 7.23-7.61 s (the
+    # bag's rows; two runs each way, alternated, 3 timed rounds; one-off,
+    # same weights).
     self.call_bag = self.bagged and spec.sharded
-    self.worker_bag_type = tff.FederatedType(tensor_type([None, bag_dim]), tff.CLIENTS,
-                                             all_equal=True)
+    self.worker_rows_type, self.worker_bag_type = (
+        tff.FederatedType(tensor_type([None, d]), tff.CLIENTS, all_equal=True)
+        for d in (dim, bag_dim))
     dense_type = tff.StructWithPythonType([tensor_type(s) for s in dense_shapes], list)
     if spec.whole_table:
       self.broadcast_type = tff.StructWithPythonType(
           (dense_type, tensor_type([num_rows, dim])), tuple)
       self.answer_type = None
       return
-    bag_type = (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
-    call_bag_type = (tensor_type([None], np.int32), tensor_type([None], np.int32))
-    self.broadcast_type = tff.StructWithPythonType(
-        (dense_type,) + (call_bag_type if self.call_bag else ()), tuple)
-    clients = [None] if spec.sharded else []  # A shard's: one row per client.
-    answer = (tensor_type(clients + [spec.num_keys, dim]),
-              tensor_type(clients + [spec.num_keys], np.int32),
-              tensor_type(clients + [spec.num_keys], np.bool_))
-    if self.bagged and not self.call_bag:  # A client's bag rows and keys.
-      answer += bag_type
+    call_rows_type = tff.StructWithPythonType(  # (keys, in_worker): `CallRows`.
+        (tensor_type([None], np.int32), tensor_type([None], np.int32)), tuple)
+    if spec.sharded:  # A shard's clients' keys and is_real: their rows are held.
+      self.broadcast_type = tff.StructWithPythonType(
+          (dense_type, call_rows_type) + ((call_rows_type,) if self.bagged else ()), tuple)
+      answer = (tensor_type([None, spec.num_keys], np.int32),
+                tensor_type([None, spec.num_keys], np.bool_))
+    else:  # A client's rows, keys and is_real, with a bag its bag rows and keys.
+      self.broadcast_type = tff.StructWithPythonType((dense_type,), tuple)
+      answer = (tensor_type([spec.num_keys, dim]), tensor_type([spec.num_keys], np.int32),
+                tensor_type([spec.num_keys], np.bool_))
+      if self.bagged:
+        answer += (tensor_type([None, bag_dim]), tensor_type([None], np.int32))
     self.answer_type = tff.StructWithPythonType(answer, tuple)
     # A shard's clients' bag keys, one client after another, and each one's
     # count: what `build_client_keys` left in the worker.
@@ -238,41 +245,44 @@ class ClientRound:
     return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
                                                      is_real, dataset))
 
-  def shard_answer(self, broadcast, worker_bag, answer, bag, i):
+  def shard_answer(self, broadcast, held, answer, places, bag, i):
     """Client i's answer from its shard's (`sub_model_answers.shard_answers`),
-    its bag rows gathered from the worker's by the call's; `bag`: (the
-    shard's clients' bag keys and their positions among the call's rows, one
+    its rows gathered from those its worker holds (`held`: the class rows',
+    the bag's) by their `places` [n, K] among the call's rows; `bag`: (the
+    shard's clients' bag keys and their places among the call's bag rows, one
     client after another, each client's count of them, where each one's end)."""
     if self.spec.whole_table:
       return None
-    picked = (answer[0][i], answer[1][i], answer[2][i])
+    picked = (tf.gather(held[0], tf.gather(broadcast[1][1], places[i])),
+              answer[0][i], answer[1][i])
     if self.bagged:
       keys, positions, counts, ends = bag
       mine = slice(ends[i] - counts[i], ends[i])
-      picked += (tf.gather(worker_bag, tf.gather(broadcast[1], positions[mine])),
+      picked += (tf.gather(held[1], tf.gather(broadcast[2][1], positions[mine])),
                  keys[mine])
     return picked
 
-  def train_shard(self, broadcast, answer, shard, worker_bag=None, bag_keys=None):
+  def train_shard(self, broadcast, answer, shard, held=(), bag_keys=None):
     """Each of the `shard`'s clients (`client_data.Shard`) trained in turn
     from the round's model, in one pass over its batches (as `client_shards`
     does): the shared deltas' mean over them as the round weighs them (the
     tower by examples; the whole table by examples or per client), the loss
     sum and examples; with the whole table, the table mean's weight; else
-    each client's uploads, stacked, and with a bag its deltas weighted by
-    examples and summed per bag row (`_bag_sums`; their rows read from
-    `worker_bag`, the rows its worker holds, by where the clients'
-    `bag_keys` are among the call's keys).
+    the class rows' deltas summed per row (`clients`: each client's weighted
+    by its examples) and how many clients held each (`_call_sums`), and with
+    a bag its deltas weighted by examples and summed per bag row. The rows
+    are read from `held` (the class rows and bag rows its worker holds) by
+    where the clients' keys (and `bag_keys`) are among the call's.
     (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
-    bag = None
-    if self.bagged:  # Each bag row's place among the call's, looked up by key.
-      call_keys = broadcast[2]
-      place = tf.scatter_nd(call_keys[:, None], tf.range(tf.size(call_keys)),
-                            [self.bag_rows])
-      bag = (bag_keys[0], tf.gather(place, bag_keys[0]), bag_keys[1],
+    places, bag = None, None
+    if not whole:  # Each key's place among the call's rows (sorted).
+      places = tf.reshape(tf.searchsorted(broadcast[1][0], tf.reshape(answer[0], [-1])),
+                          tf.shape(answer[0]))
+    if self.bagged:
+      bag = (bag_keys[0], tf.searchsorted(broadcast[2][0], bag_keys[0]), bag_keys[1],
              tf.cumsum(bag_keys[1]))
     uploads = (tf.TensorArray(tf.float32, size=slots,
                               element_shape=[self.spec.num_keys, self.dim]),
@@ -286,7 +296,7 @@ class ClientRound:
     def train_client(i, totals):
       """Client i trained from the round's model, its result added."""
       tower, rows, keys, is_real, bag_keys = self.start(
-          broadcast, self.shard_answer(broadcast, worker_bag, answer, bag, i))
+          broadcast, self.shard_answer(broadcast, held, answer, places, bag, i))
 
       def step(index, state):
         batch = self.localized(client_data.shard_batch(shard, index), bag_keys)
@@ -306,21 +316,41 @@ class ClientRound:
         shared_part, [tf.math.divide_no_nan(total, d) for total, d in zip(sums, divisors)])
     if whole:
       return shared, loss_total, examples, table_total
-    result = shared, loss_total, examples, (row_ta.stack(), count_ta.stack())
+    deltas = row_ta.stack()  # [n, K, D]
+    if self.spec.row_mean == "clients":
+      deltas *= count_ta.stack()[:, None, None]
+    ids, real = tf.reshape(answer[0], [-1]), tf.reshape(answer[1], [-1])
+    flat_places, call_keys = tf.reshape(places, [-1]), broadcast[1][0]
+    result = (shared, loss_total, examples,
+              self._call_sums(tf.reshape(deltas, [-1, self.dim]), ids, flat_places,
+                              call_keys, self.num_rows, real),
+              self._call_sums(tf.ones_like(ids), ids, flat_places, call_keys,
+                              self.num_rows, real))
     if not self.bagged:
       return result
-    bag_sums = self._bag_sums(bag_ta.concat(), bag, tf.shape(broadcast[1])[0])
-    return result + (tf.reshape(bag_sums, [-1, self.bag_dim]),)
+    return result + (self._call_sums(tf.reshape(bag_ta.concat(), [-1, self.bag_dim]),
+                                     bag[0], bag[1], broadcast[2][0], self.bag_rows),)
 
-  def _bag_sums(self, deltas, bag, call_rows):
-    """A shard's bag `deltas` summed per row: [bag rows, D] (zeros on rows
-    none of its clients read) when its call reads at least
-    `DENSE_BAG_SHARE` of the bag, else [the call's rows, D], in the call's
-    order. Every shard of a call decides alike: their sums add up in TFF."""
-    return tf.cond(
-        tf.cast(call_rows, tf.float64) >= DENSE_BAG_SHARE * self.bag_rows,
-        lambda: tf.math.unsorted_segment_sum(deltas, bag[0], self.bag_rows),
-        lambda: tf.math.unsorted_segment_sum(deltas, bag[1], call_rows))
+  @staticmethod
+  def _call_sums(values, ids, places, call_keys, table_rows: int, real=None):
+    """A shard's `values` [n, ...] of its clients' rows `ids` [n] (their
+    `places` [n] among the call's sorted `call_keys`) summed per row, those
+    not `real` left out: on every row of the table (zeros on rows none of
+    its clients read) when the call reads at least `DENSE_SHARE` of the
+    table, else on the call's rows, in their order. Every shard of a call
+    decides alike: their sums add up in TFF."""
+    call_rows = tf.size(call_keys)
+
+    def summed(segments, rows):
+      if real is None:
+        return tf.math.unsorted_segment_sum(values, segments, rows)
+      # What is not real goes to a row past the last, dropped.
+      return tf.math.unsorted_segment_sum(
+          values, tf.where(real, segments, rows), rows + 1)[:rows]
+
+    sums = tf.cond(tf.cast(call_rows, tf.float64) >= DENSE_SHARE * table_rows,
+                   lambda: summed(ids, table_rows), lambda: summed(places, call_rows))
+    return tf.reshape(sums, [-1] + list(values.shape[1:]))  # Rows unknown.
 
   def _add(self, broadcast, totals, i, result):
     """The shard's running sums with client i's `result` added."""
@@ -357,10 +387,12 @@ class ClientRound:
     return tff.federated_aggregate(rows, empty(), add, add, identity)
 
   def build(self, data_type) -> Any:
-    """TFF: (broadcast @SERVER, [the worker's bag rows @CLIENTS, all equal:
-    sharded with a bag,] [answers @CLIENTS,] [bag keys @CLIENTS: sharded with
-    a bag,] data @CLIENTS) -> (mean dense delta (DP: sum), loss sum, examples @SERVER[,
-    uploads @CLIENTS][, the call's bag sums @SERVER: sharded with a bag])."""
+    """TFF: (broadcast @SERVER, [answers @CLIENTS,] data @CLIENTS) -> (mean
+    dense delta (DP: sum), loss sum, examples @SERVER[, uploads @CLIENTS]);
+    sharded, one struct: (broadcast @SERVER, the worker's class rows [and bag
+    rows] @CLIENTS all equal, answers [and bag keys] @CLIENTS, data @CLIENTS)
+    -> (mean dense delta, loss sum, examples, the call's class row sums and
+    holders [and bag sums] @SERVER)."""
     private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
     train = (tf.function(self.train_shard, autograph=False) if self.spec.sharded
              else self.train)
@@ -392,26 +424,32 @@ class ClientRound:
     answers_at_clients = tff.FederatedType(self.answer_type, tff.CLIENTS)
 
     def summed(results):
-      shared, loss_sum, count, uploads = (results[i] for i in range(4))
+      shared, loss_sum, count = (results[i] for i in range(3))
       mean = tff.federated_zip(((tff.federated_sum(shared[0]) if private else
                                  tff.federated_mean(shared[0], weight=count)),))
-      total = mean, tff.federated_sum(loss_sum), tff.federated_sum(count), uploads
-      return total + ((self._summed_rows(results[4]),) if self.call_bag else ())
+      return mean, tff.federated_sum(loss_sum), tff.federated_sum(count)
 
-    if self.call_bag:
-      @tff.tensorflow.computation(self.broadcast_type, self.worker_bag_type.member,
-                                  self.answer_type, self.bag_keys_type.member, data_type)
-      def bag_update(broadcast, worker_bag, answer, bag_keys, data):
-        return train(broadcast, answer, data, worker_bag, bag_keys)
+    if self.spec.sharded:  # (No DP.)
+      held = [self.worker_rows_type] + ([self.worker_bag_type] if self.bagged else [])
+      at_clients = held + [answers_at_clients] + (
+          [self.bag_keys_type] if self.bagged else []) + [data_at_clients]
 
-      @tff.federated_computation(broadcast_at_server, self.worker_bag_type,
-                                 answers_at_clients, self.bag_keys_type, data_at_clients)
-      def bag_round(broadcast, worker_bag, answers, bag_keys, data):
-        return summed(tff.federated_map(bag_update, (
-            tff.federated_broadcast(broadcast), worker_bag,
-            answers, bag_keys, data)))
+      @tff.tensorflow.computation(tff.StructWithPythonType(
+          [self.broadcast_type] + [t.member for t in at_clients], tuple))
+      def shard_update(args):
+        answer = args[1 + len(held)]
+        bag_keys = args[2 + len(held)] if self.bagged else None
+        return train(args[0], answer, args[-1], tuple(args[1:1 + len(held)]), bag_keys)
 
-      return bag_round
+      @tff.federated_computation(tff.StructWithPythonType(
+          [broadcast_at_server] + at_clients, tuple))
+      def shard_round(args):
+        results = tff.federated_map(shard_update, (tff.federated_broadcast(args[0]),) + tuple(
+            args[i] for i in range(1, len(at_clients) + 1)))
+        return summed(results) + tuple(self._summed_rows(results[i])
+                                       for i in range(3, 5 + self.bagged))
+
+      return shard_round
 
     @tff.tensorflow.computation(self.broadcast_type, self.answer_type, data_type)
     def client_update(broadcast, answer, data):
@@ -419,7 +457,8 @@ class ClientRound:
 
     @tff.federated_computation(broadcast_at_server, answers_at_clients, data_at_clients)
     def client_round(broadcast, answers, data):
-      return summed(tff.federated_map(
-          client_update, (tff.federated_broadcast(broadcast), answers, data)))
+      results = tff.federated_map(
+          client_update, (tff.federated_broadcast(broadcast), answers, data))
+      return summed(results) + (results[3],)
 
     return client_round
