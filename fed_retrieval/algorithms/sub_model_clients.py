@@ -287,8 +287,7 @@ class ClientRound:
     uploads = (tf.TensorArray(tf.float32, size=slots,
                               element_shape=[self.spec.num_keys, self.dim]),
                tf.TensorArray(tf.float32, size=slots, infer_shape=False,
-                              element_shape=[None, None]),
-               tf.TensorArray(tf.float32, size=slots, element_shape=[]))
+                              element_shape=[None, None]))
     totals = (tuple(tf.zeros_like(t) for t in tf.nest.flatten(shared_part)),
               tf.constant(0.0), tf.constant(0.0), tf.constant(0.0), uploads)
     client_batches = client_data.shard_client_batches(shard)
@@ -310,15 +309,13 @@ class ClientRound:
     clients = tf.size(client_batches) - 1
     _, totals = tf.while_loop(lambda i, totals: i < clients, train_client,
                               (tf.constant(0), totals))
-    sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
+    sums, loss_total, examples, table_total, (row_ta, bag_ta) = totals
     divisors = [examples] * len(broadcast[0]) + ([table_total] if whole else [])
     shared = tf.nest.pack_sequence_as(
         shared_part, [tf.math.divide_no_nan(total, d) for total, d in zip(sums, divisors)])
     if whole:
       return shared, loss_total, examples, table_total
-    deltas = row_ta.stack()  # [n, K, D]
-    if self.spec.row_mean == "clients":
-      deltas *= count_ta.stack()[:, None, None]
+    deltas = row_ta.stack()  # [n, K, D], weighted (`_add`).
     ids, real = tf.reshape(answer[0], [-1]), tf.reshape(answer[1], [-1])
     flat_places, call_keys = tf.reshape(places, [-1]), broadcast[1][0]
     result = (shared, loss_total, examples,
@@ -342,11 +339,9 @@ class ClientRound:
     call_rows = tf.size(call_keys)
 
     def summed(segments, rows):
-      if real is None:
-        return tf.math.unsorted_segment_sum(values, segments, rows)
-      # What is not real goes to a row past the last, dropped.
-      return tf.math.unsorted_segment_sum(
-          values, tf.where(real, segments, rows), rows + 1)[:rows]
+      if real is not None:  # A negative segment is dropped.
+        segments = tf.where(real, segments, -1)
+      return tf.math.unsorted_segment_sum(values, segments, rows)
 
     sums = tf.cond(tf.cast(call_rows, tf.float64) >= DENSE_SHARE * table_rows,
                    lambda: summed(ids, table_rows), lambda: summed(places, call_rows))
@@ -354,18 +349,18 @@ class ClientRound:
 
   def _add(self, broadcast, totals, i, result):
     """The shard's running sums with client i's `result` added."""
-    sums, loss_total, examples, table_total, (row_ta, bag_ta, count_ta) = totals
+    sums, loss_total, examples, table_total, (row_ta, bag_ta) = totals
     shared, loss_sum, count = result[:3]
     weights = [count] * len(broadcast[0]) + (
         [self.table_weight(count)] if self.spec.whole_table else [])
     sums = tuple(total + w * d for total, w, d in zip(sums, weights,
                                                      tf.nest.flatten(shared)))
-    if not self.spec.whole_table:
-      row_ta, count_ta = row_ta.write(i, result[3][0]), count_ta.write(i, count)
+    if not self.spec.whole_table:  # Weighted as the round's row mean weighs them.
+      row_ta = row_ta.write(i, result[3][0] * self.table_weight(count))
       if self.bagged:  # The bag's mean is over every client, by examples.
         bag_ta = bag_ta.write(i, result[3][1] * count)
     return (sums, loss_total + loss_sum, examples + count,
-            table_total + self.table_weight(count), (row_ta, bag_ta, count_ta))
+            table_total + self.table_weight(count), (row_ta, bag_ta))
 
   def _summed_rows(self, rows):
     """The sum at the server of the clients' [R, D] rows, R the same on every
