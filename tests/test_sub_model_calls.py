@@ -30,8 +30,9 @@ NO_WORKER = object()  # A context that cannot hold values: the arrays themselves
 def test_a_workers_rows_go_once_and_each_call_names_its_own():
   """Three shards, a call each, over two workers: worker 0's calls (0 and 2)
   share one set of class rows and one of bag rows, each the union of what
-  they read, made once; a call names its rows of each among them, in order,
-  and their keys; its answers are its clients' keys and is_real."""
+  they read, made once; a shard's answer names its own class rows among
+  them, in order, beside its clients' keys and is_real; a call names its bag
+  rows."""
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   table = np.arange(12, dtype=np.float32).reshape(6, 2)
   shard_keys = [  # (class keys [n, K], is_real [n, K], the shard's distinct bag rows).
@@ -40,28 +41,32 @@ def test_a_workers_rows_go_once_and_each_call_names_its_own():
       (np.array([[3, 0]]), np.array([[True, True]]), np.array([1, 7, 8])),
       (np.array([[5, 5]]), np.array([[True, False]]), np.array([2, 4]))]
   calls = [(0, 1), (1, 2), (2, 3)]
-  rows = sub_model_answers.RoundRows(table, [k[0] for k in shard_keys], calls, 2, None)
+  class_rows = sub_model_answers.RoundRows(table, [k[0] for k in shard_keys], calls, 2,
+                                          None)
   bags = sub_model_answers.RoundRows(bag, [k[2] for k in shard_keys], calls, 2, None)
-  first, first_bag = rows.of_call(0, NO_WORKER), bags.of_call(0, NO_WORKER)
-  assert rows.of_call(2, NO_WORKER) is first and bags.of_call(2, NO_WORKER) is first_bag
+  first, first_bag = class_rows.of_call(0, NO_WORKER), bags.of_call(0, NO_WORKER)
+  assert class_rows.of_call(2, NO_WORKER) is first and bags.of_call(2, NO_WORKER) is first_bag
   np.testing.assert_array_equal(first.keys, [0, 2, 5])  # Shards 0 and 2.
   np.testing.assert_array_equal(first.rows, table[[0, 2, 5]])
   np.testing.assert_array_equal(first_bag.keys, [1, 2, 4, 7, 9])
   np.testing.assert_array_equal(first_bag.rows, bag[[1, 2, 4, 7, 9]])
-  np.testing.assert_array_equal(rows.of_call(1, NO_WORKER).keys, [0, 3])
+  np.testing.assert_array_equal(class_rows.of_call(1, NO_WORKER).keys, [0, 3])
   np.testing.assert_array_equal(bags.of_call(1, NO_WORKER).keys, [1, 7, 8])
-  answers, call_rows, call_bag = sub_model_answers.shard_answers(
-      shard_keys[2:], first, first_bag)
-  np.testing.assert_array_equal(call_rows.keys, [5])
-  np.testing.assert_array_equal(first.rows[call_rows.in_worker], table[[5]])
-  np.testing.assert_array_equal(call_bag.keys, [2, 4])
-  np.testing.assert_array_equal(first_bag.rows[call_bag.in_worker], bag[[2, 4]])
-  assert len(answers) == 1 and len(answers[0]) == 2  # Keys and is_real, no rows.
-  np.testing.assert_array_equal(answers[0][0], shard_keys[2][0])
-  np.testing.assert_array_equal(answers[0][1], shard_keys[2][1])
-  _, call_rows, no_bag = sub_model_answers.shard_answers(shard_keys[:1], first)
-  np.testing.assert_array_equal(call_rows.keys, [0, 2, 5])
-  np.testing.assert_array_equal(call_rows.in_worker, [0, 1, 2])
+  # A call of shards 0 and 2 on worker 0: each shard's own class rows, the
+  # call's bag rows.
+  answers, call_bag = sub_model_answers.shard_answers(shard_keys[::2], first, first_bag)
+  np.testing.assert_array_equal(call_bag.keys, [1, 2, 4, 7, 9])
+  np.testing.assert_array_equal(first_bag.rows[call_bag.in_worker], bag[[1, 2, 4, 7, 9]])
+  assert [len(a) for a in answers] == [4, 4]  # Keys, is_real, rows, in the worker.
+  for answer, keys, rows in zip(answers, shard_keys[::2], ([0, 2, 5], [5])):
+    np.testing.assert_array_equal(answer[0], keys[0])
+    np.testing.assert_array_equal(answer[1], keys[1])
+    np.testing.assert_array_equal(answer[2], rows)
+    np.testing.assert_array_equal(first.rows[answer[3]], table[rows])
+  answers, no_bag = sub_model_answers.shard_answers(shard_keys[1:2],
+                                                    class_rows.of_call(1, NO_WORKER))
+  np.testing.assert_array_equal(answers[0][2], [0, 3])  # Sorted, each once.
+  np.testing.assert_array_equal(answers[0][3], [0, 1])
   assert no_bag is None
 
 
@@ -344,11 +349,11 @@ def test_a_dense_part_gives_its_keyed_rows_sums_to_the_bit():
 @pytest.mark.parametrize("row_mean", ["holders", "clients"])
 def test_a_calls_sums_on_every_row_or_on_its_rows_give_the_same_weights(
     tff_context, monkeypatch, row_mean):
-  """Sharded FedSS with a selected bag, in calls of up to 2 shards: calls that
-  return their class rows' and bag's sums on every row of the table
-  (`DENSE_SHARE` 0) and calls that return them on their own rows (above 1)
-  give the same weights to the bit; the driver adds them in one pass or by
-  key, as they come."""
+  """Sharded FedSS with a selected bag, in calls of up to 2 shards: shards
+  that return their class rows' sums and calls that return their bag's on
+  every row of the table (`DENSE_SHARE` 0), and ones that return them on
+  their own rows (above 1), give the same weights to the bit; the driver adds
+  them in one pass or by key, as they come."""
   task, config = settings("k_labels_per_client", 3, row_mean)
   monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", 4)
   weights, dense_parts = [], []
@@ -361,7 +366,8 @@ def test_a_calls_sums_on_every_row_or_on_its_rows_give_the_same_weights(
     monkeypatch.setattr(sub_model_clients, "DENSE_SHARE", share)
     weights.append(two_rounds(build(task, config, "fedss"), task, config, 3)[0])
     dense_parts.append(sum(seen))
-  assert dense_parts == [8, 0]  # Two tables, two calls a round, two rounds.
+  # A round: 3 shards' class rows, 2 calls' bags; two rounds.
+  assert dense_parts == [10, 0]
   for dense, keyed in zip(*weights):
     assert dense.tobytes() == keyed.tobytes()
 

@@ -30,13 +30,17 @@ shard of clients, their batches one client after another (a
 step 1 returns each of the shard's clients' keys, computed from that
 client's own examples, and with a bag the distinct bag rows its clients read
 (each client's own bag keys stay in the worker for step 2,
-`worker_values.invoke_holding`); the server answers the shard as one (its
-clients' class rows, and which bag rows the call reads); step 2
-trains the shard's clients one after another in one pass over its batches,
-each from the round's model with its own rows, and returns their class-row
-uploads stacked, their bag deltas summed over the call's shards in TFF (on
-the call's rows, or an array of the bag's shape when the call reads most of
-it) and their tower deltas' mean.
+`worker_values.invoke_holding`); the server sends each worker, once a round,
+the class rows and bag rows its calls read (`sub_model_answers.RoundRows`,
+values the worker holds: `worker_values`), and answers a shard with its
+clients' keys, its call naming which of the worker's rows it reads
+(`CallRows`); step 2 trains the shard's clients one after another in one
+pass over its batches, each from the round's model with its own rows,
+gathered from the worker's, and returns their class-row deltas summed per
+row with how many clients held each row (on the shard's rows), their bag
+deltas summed per row over the call's shards in TFF (on the call's rows),
+each as an array of the table's shape instead when those rows are most of
+it, and their tower deltas' mean.
 The round is the one of a TFF client each (tested, to rounding) without
 TFF's cost per client call, twice a round (a client's dataset serialized
 into the worker, its result out): on `xc_small`, 100 clients a round, a
@@ -46,9 +50,8 @@ distinct bag rows once took the round from 51 s to 18-24 s; a shard of 250
 clients reads 95% of the bag, so sending them once a call instead of once a
 shard took the process tree from 7.1 to 4.4-4.9 GB and the driver's CPU a
 round from 21-22 s to 16-19 s (the worker's rose 10 -> 12-14 s: summing the
-call's bag deltas in TFF). Now the bag rows a worker's calls read go to it
-once a round (`sub_model_answers.RoundBags`, a value the worker holds:
-`worker_values`), and a call sends only which of them it reads: on one
+call's bag deltas in TFF). Then the bag rows a worker's calls read went to
+it once a round (`RoundRows`), and a call sent only which of them it read: on one
 worker the round took 16.2 s instead of 18.8-19.0 and the driver 3.5 CPU s
 instead of 4.2-5.4 (the index on 2 shards); on three workers 15.2 s instead
 of 19.0, the busiest worker 4.8 CPU s instead of 5.5 and the process tree
@@ -491,10 +494,9 @@ class SubModelProcess:
       parts.append(([np.asarray(d) for d in mean[0]], float(count)))
       work.loss_sum += float(loss_sum)
       work.count += float(count)
-      if work.rows is not None:
-        work.rows.add(rows)
-      if work.bag is not None:
-        work.bag.add(bag)
+      for sums, uploads in (work.rows, rows), (work.bag, bag):
+        for part in uploads if sums is not None else ():
+          sums.add(part)
     work.mean = _combined(parts, summed=spec.dp is not None)
     return work
 
@@ -526,19 +528,20 @@ class SubModelProcess:
     rows' and the bag's uploads as `RowParts`, each None if not trained)."""
     spec = self._spec
     if spec.sharded:
-      answers, *call_rows = sub_model_answers.shard_answers(keys, *held)
-      called = [rows for rows in call_rows if rows is not None]
+      answers, call_bag = sub_model_answers.shard_answers(keys, *held)
       outputs = worker_values.invoke(
           context, self.client_round,
-          (dense,) + tuple((rows.keys, rows.in_worker) for rows in called),
+          (dense,) + (() if call_bag is None else ((call_bag.keys, call_bag.in_worker),)),
           *(rows.rows for rows in held), answers,
           *(() if bag_keys is None else (bag_keys,)), client_data_)
       mean, loss_sum, count = outputs[:3]
-      weights = [float(count)]  # The call's examples: its clients' weights' sum.
-      rows = sub_model_answers.call_parts(called[0].keys, outputs[3], weights,
-                                          self._num_rows, outputs[4])
-      bag = (sub_model_answers.call_parts(called[1].keys, outputs[5], weights,
-                                          self._bag_rows) if self._bagged else None)
+      # The weights' sum, the call's examples, goes with its first part.
+      weights = [[float(count)]] + [[]] * (len(answers) - 1)
+      rows = [sub_model_answers.call_parts(answer[2], sums, part_weights, self._num_rows,
+                                           holders)
+              for answer, (sums, holders), part_weights in zip(answers, outputs[3], weights)]
+      bag = ([sub_model_answers.call_parts(call_bag.keys, outputs[4], weights[0],
+                                           self._bag_rows)] if self._bagged else None)
       return mean, loss_sum, count, rows if spec.trains_rows else None, bag
     answers = sub_model_answers.answers(state, keys, self._bagged)
     mean, loss_sum, count, uploads = worker_values.invoke(
@@ -552,7 +555,7 @@ class SubModelProcess:
         [a[4] for a in answers], [u[1] for u in uploads],
         [np.ones(len(a[4]), bool) for a in answers], weights, scaled=True)
            if self._bagged else None)
-    return mean, loss_sum, count, rows if spec.trains_rows else None, bag
+    return mean, loss_sum, count, [rows] if spec.trains_rows else None, [bag] if bag else None
 
   def _server_step(self, state, work: "_RoundSums", round_num: int):
     """The new tower and table: DP noise on the dense means, the bag's mean

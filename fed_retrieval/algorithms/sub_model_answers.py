@@ -1,7 +1,8 @@
 """The server's answers in a sub-model round: each client's rows of the class
 table (and of the embedding bag), or, sharded, the rows of both tables that a
-worker's calls read, sent to it once a round, and each call's keys among
-them; and what clients upload as per-row parts for `sub_model.RowSums`.
+worker's calls read, sent to it once a round, and each shard's (class rows)
+or call's (bag rows) keys among them; and what clients upload as per-row
+parts for `sub_model.RowSums`.
 O(rows touched), in NumPy: the TFF worker only ever holds the clients'
 sub-models."""
 
@@ -15,12 +16,12 @@ from fed_retrieval.runtime import worker_values
 
 class RowParts(NamedTuple):
   """Uploads for `RowSums.add` (the class rows' or the bag's): per part (a
-  client, or a sharded call's rows of one table) its row keys, their deltas
-  summed over its clients (with the `clients` mean, each client's scaled by
-  its weight), how many of its clients held each key (a call's bag: not
-  counted, its mean is over every client), and its clients' weights (or
-  their total). `dense`: one part whose sums (and holders) cover every row of
-  the table, zeros outside its keys (a sharded call that reads most of the
+  client, a shard's class rows or a call's bag rows) its row keys, their
+  deltas summed over its clients (with the `clients` mean, each client's
+  scaled by its weight), how many of its clients held each key (a call's
+  bag: not counted, its mean is over every client), and its clients' weights
+  (or their total). `dense`: one part whose sums (and holders) cover every row of
+  the table, zeros outside its keys (a shard or call that reads most of the
   table), added in one pass, not gathered and scattered by key."""
   keys: List[np.ndarray]
   sums: List[np.ndarray]
@@ -56,10 +57,10 @@ class WorkerRows(NamedTuple):
 
 
 class CallRows(NamedTuple):
-  """What a call sends of a table: the distinct rows its shards' clients read
-  as their sorted `keys` and their places among its `WorkerRows`' rows
-  (`in_worker`). Each client finds its rows among the keys in the worker, by
-  its own keys; the call's row sums come back on these keys."""
+  """What a call (or one of its shards) sends of a table: the distinct rows
+  its clients read as their sorted `keys` and their places among its
+  `WorkerRows`' rows (`in_worker`). Each client finds its rows among the keys
+  in the worker, by its own keys; the row sums come back on these keys."""
   keys: np.ndarray
   in_worker: np.ndarray
 
@@ -118,17 +119,20 @@ class RoundRows:
 
 def shard_answers(shard_keys, worker_rows: WorkerRows,
                   worker_bag: Optional[WorkerRows] = None
-                  ) -> Tuple[List[tuple], CallRows, Optional[CallRows]]:
+                  ) -> Tuple[List[tuple], Optional[CallRows]]:
   """Each shard's answer from its keys (`build_client_keys`): its clients'
-  keys and is_real [n, K], their rows read in the worker from `worker_rows`
-  (the class rows its worker holds) by the call's `CallRows`; with a bag
-  (`worker_bag`; a shard's keys then end with its distinct bag rows), the
-  call's `CallRows` of the bag too."""
-  rows = call_rows(np.concatenate([np.asarray(k[0]).reshape(-1) for k in shard_keys]),
-                   worker_rows)
+  keys and is_real [n, K] and the `CallRows` of its own class rows among
+  `worker_rows` (those its worker holds), its clients' rows read there by
+  them and their sums returned on them; with a bag (`worker_bag`; a
+  shard's keys then end with its distinct bag rows), the call's `CallRows`
+  of the bag (the call's bag sums come back as one)."""
+  answers = []
+  for keys in shard_keys:
+    rows = call_rows(np.asarray(keys[0]).reshape(-1), worker_rows)
+    answers.append((np.asarray(keys[0]), np.asarray(keys[1]), rows.keys, rows.in_worker))
   bag = (call_rows(np.concatenate([np.asarray(k[2]) for k in shard_keys]), worker_bag)
          if worker_bag is not None else None)
-  return [(np.asarray(k[0]), np.asarray(k[1])) for k in shard_keys], rows, bag
+  return answers, bag
 
 
 def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
@@ -159,10 +163,11 @@ def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
 
 def call_parts(keys: np.ndarray, sums, weights: List[float], table_rows: int,
                holders=None) -> RowParts:
-  """A sharded call's sums of one table (`sub_model_clients.ClientRound`) as
-  one part: on every row of the table (dense) when it has as many, else on
-  the call's `keys` (the same when the call reads every row); `holders`: how
-  many of its clients held each (the class rows')."""
+  """A shard's sums of the class rows, or a call's of the bag
+  (`sub_model_clients.ClientRound`), as one part: on every row of the table
+  (dense) when it has as many, else on its rows `keys` (the same when it
+  reads every row); `holders`: how many of its clients held each (the class
+  rows')."""
   sums = np.asarray(sums)
   return RowParts([keys], [sums], [] if holders is None else [np.asarray(holders)],
                   weights, dense=len(sums) == table_rows)

@@ -9,11 +9,12 @@ deltas are averaged in TFF (example-weighted; DP: summed after each client
 clips its own); a client's rows (and bag rows) come back for the server to
 average (`sub_model.RowSums`). Sharded, the rows of both tables that a
 worker's calls read are values it holds for the round
-(`sub_model_answers.RoundRows`), a call broadcasts which of them its shards
-read (`CallRows`), each shard gathers its clients' rows by their keys among
-the call's, and the call's deltas come back summed per row over its clients
-in TFF (on the call's rows, or as one array of the table's shape when the
-call reads most of it, `DENSE_SHARE`). With the whole table, the table is
+(`sub_model_answers.RoundRows`); a shard's answer names which of its class
+rows it reads, a call's broadcast which of its bag rows (`CallRows`); each
+shard gathers its clients' rows by their keys among those, and their deltas
+come back summed per row: a shard's class rows' on its own, a call's bag's
+over its shards in TFF (on those rows, or as one array of the table's shape
+when they are most of it, `DENSE_SHARE`). With the whole table, the table is
 broadcast and averaged as the tower is. A shard's
 loops are `tf.while_loop`s with autograph off (as in `client_shards`):
 converting them and all they call was 5.3 of the 7.6 s a small XC run spent
@@ -154,10 +155,11 @@ def build_client_keys(spec, data_type):
 
 
 def _places(call_keys: tf.Tensor, keys: tf.Tensor, table_rows: int) -> tf.Tensor:
-  """Each of `keys`' place among a call's distinct `call_keys`, looked up in
-  an array of the table's rows: binary searches (`tf.searchsorted`) of a
-  FedSS shard's 127,500 keys among its call's 212,000 took its worker ~0.4
-  CPU s a round more at Amazon-670K's shape (by `perf`, one run each)."""
+  """Each of `keys`' place among the distinct `call_keys` (a call's or a
+  shard's), looked up in an array of the table's rows: binary searches
+  (`tf.searchsorted`) of each FedSS shard's 127,500 keys among its call's
+  212,000 took the three workers ~0.8 CPU s a round more in all at
+  Amazon-670K's shape, 4,000 clients (perf's samples, one run each)."""
   place = tf.scatter_nd(call_keys[:, None], tf.range(tf.size(call_keys)), [table_rows])
   return tf.gather(place, keys)
 
@@ -191,11 +193,11 @@ class ClientRound:
       return
     call_rows_type = tff.StructWithPythonType(  # (keys, in_worker): `CallRows`.
         (tensor_type([None], np.int32), tensor_type([None], np.int32)), tuple)
-    if spec.sharded:  # A shard's clients' keys and is_real: their rows are held.
+    if spec.sharded:  # A shard's clients' keys, is_real and its `CallRows`.
       self.broadcast_type = tff.StructWithPythonType(
-          (dense_type, call_rows_type) + ((call_rows_type,) if self.bagged else ()), tuple)
+          (dense_type,) + ((call_rows_type,) if self.bagged else ()), tuple)
       answer = (tensor_type([None, spec.num_keys], np.int32),
-                tensor_type([None, spec.num_keys], np.bool_))
+                tensor_type([None, spec.num_keys], np.bool_)) + tuple(call_rows_type)
     else:  # A client's rows, keys and is_real, with a bag its bag rows and keys.
       self.broadcast_type = tff.StructWithPythonType((dense_type,), tuple)
       answer = (tensor_type([spec.num_keys, dim]), tensor_type([spec.num_keys], np.int32),
@@ -262,12 +264,12 @@ class ClientRound:
     client after another, each client's count of them, where each one's end)."""
     if self.spec.whole_table:
       return None
-    picked = (tf.gather(held[0], tf.gather(broadcast[1][1], places[i])),
-              answer[0][i], answer[1][i])
+    picked = (tf.gather(held[0], tf.gather(answer[3], places[i])), answer[0][i],
+              answer[1][i])
     if self.bagged:
       keys, positions, counts, ends = bag
       mine = slice(ends[i] - counts[i], ends[i])
-      picked += (tf.gather(held[1], tf.gather(broadcast[2][1], positions[mine])),
+      picked += (tf.gather(held[1], tf.gather(broadcast[1][1], positions[mine])),
                  keys[mine])
     return picked
 
@@ -278,19 +280,20 @@ class ClientRound:
     tower by examples; the whole table by examples or per client), the loss
     sum and examples; with the whole table, the table mean's weight; else
     the class rows' deltas summed per row (`clients`: each client's weighted
-    by its examples) and how many clients held each (`_call_sums`), and with
-    a bag its deltas weighted by examples and summed per bag row. The rows
-    are read from `held` (the class rows and bag rows its worker holds) by
-    where the clients' keys (and `bag_keys`) are among the call's.
+    by its examples) and how many clients held each, on the shard's rows
+    (`_call_sums`), and with a bag its deltas weighted by examples and summed
+    per bag row, on the call's. The rows are read from `held` (the class rows
+    and bag rows its worker holds) by where the clients' keys are among the
+    shard's (`answer`) and their `bag_keys` among the call's (`broadcast`).
     (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
     places, bag = None, None
     if not whole:
-      places = _places(broadcast[1][0], answer[0], self.num_rows)
+      places = _places(answer[2], answer[0], self.num_rows)
     if self.bagged:
-      bag = (bag_keys[0], _places(broadcast[2][0], bag_keys[0], self.bag_rows),
+      bag = (bag_keys[0], _places(broadcast[1][0], bag_keys[0], self.bag_rows),
              bag_keys[1], tf.cumsum(bag_keys[1]))
     uploads = (tf.TensorArray(tf.float32, size=slots,
                               element_shape=[self.spec.num_keys, self.dim]),
@@ -325,25 +328,26 @@ class ClientRound:
       return shared, loss_total, examples, table_total
     deltas = row_ta.stack()  # [n, K, D], weighted (`_add`).
     ids, real = tf.reshape(answer[0], [-1]), tf.reshape(answer[1], [-1])
-    flat_places, call_keys = tf.reshape(places, [-1]), broadcast[1][0]
+    flat_places, shard_keys = tf.reshape(places, [-1]), answer[2]
     result = (shared, loss_total, examples,
-              self._call_sums(tf.reshape(deltas, [-1, self.dim]), ids, flat_places,
-                              call_keys, self.num_rows, real),
-              self._call_sums(tf.ones_like(ids), ids, flat_places, call_keys,
-                              self.num_rows, real))
+              (self._call_sums(tf.reshape(deltas, [-1, self.dim]), ids, flat_places,
+                               shard_keys, self.num_rows, real),
+               self._call_sums(tf.ones_like(ids), ids, flat_places, shard_keys,
+                               self.num_rows, real)))
     if not self.bagged:
       return result
     return result + (self._call_sums(tf.reshape(bag_ta.concat(), [-1, self.bag_dim]),
-                                     bag[0], bag[1], broadcast[2][0], self.bag_rows),)
+                                     bag[0], bag[1], broadcast[1][0], self.bag_rows),)
 
   @staticmethod
   def _call_sums(values, ids, places, call_keys, table_rows: int, real=None):
     """A shard's `values` [n, ...] of its clients' rows `ids` [n] (their
-    `places` [n] among the call's sorted `call_keys`) summed per row, those
-    not `real` left out: on every row of the table (zeros on rows none of
-    its clients read) when the call reads at least `DENSE_SHARE` of the
-    table, else on the call's rows, in their order. Every shard of a call
-    decides alike: their sums add up in TFF."""
+    `places` [n] among `call_keys`, the sorted rows of the shard or of its
+    call) summed per row, those not `real` left out: on every row of the
+    table (zeros on rows none of its clients read) when `call_keys` are at
+    least `DENSE_SHARE` of the table, else on them, in their order. Every
+    shard of a call decides alike on the call's rows: their sums add up in
+    TFF."""
     call_rows = tf.size(call_keys)
 
     def summed(segments, rows):
@@ -394,8 +398,8 @@ class ClientRound:
     dense delta (DP: sum), loss sum, examples @SERVER[, uploads @CLIENTS]);
     sharded, one struct: (broadcast @SERVER, the worker's class rows [and bag
     rows] @CLIENTS all equal, answers [and bag keys] @CLIENTS, data @CLIENTS)
-    -> (mean dense delta, loss sum, examples, the call's class row sums and
-    holders [and bag sums] @SERVER)."""
+    -> (mean dense delta, loss sum, examples @SERVER, each shard's class row
+    sums and holders @CLIENTS[, the call's bag sums @SERVER])."""
     private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
     train = (tf.function(self.train_shard, autograph=False) if self.spec.sharded
              else self.train)
@@ -449,8 +453,8 @@ class ClientRound:
       def shard_round(args):
         results = tff.federated_map(shard_update, (tff.federated_broadcast(args[0]),) + tuple(
             args[i] for i in range(1, len(at_clients) + 1)))
-        return summed(results) + tuple(self._summed_rows(results[i])
-                                       for i in range(3, 5 + self.bagged))
+        return summed(results) + (results[3],) + (
+            (self._summed_rows(results[4]),) if self.bagged else ())
 
       return shard_round
 
