@@ -27,47 +27,36 @@ pytestmark = pytest.mark.xdist_group("sub_model_calls")
 NO_WORKER = object()  # A context that cannot hold values: the arrays themselves.
 
 
-def test_a_workers_rows_go_once_and_each_call_names_its_own():
+def test_a_workers_bag_rows_go_once_and_each_call_names_its_own():
   """Three shards, a call each, over two workers: worker 0's calls (0 and 2)
-  share one set of class rows and one of bag rows, each the union of what
-  they read, made once; a shard's answer names its own class rows among
-  them, in order, beside its clients' keys and is_real; a call names its bag
-  rows."""
+  share one set of bag rows, the union of what they read, made once; each
+  call names its bag rows among them, in order, and their keys; each shard's
+  answer holds its clients' class rows, keys and is_real, and its distinct
+  class rows."""
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
-  table = np.arange(12, dtype=np.float32).reshape(6, 2)
+  state = {"tower": [bag], "table": np.arange(12, dtype=np.float32).reshape(6, 2)}
   shard_keys = [  # (class keys [n, K], is_real [n, K], the shard's distinct bag rows).
       (np.array([[0, 5], [2, 2]]), np.array([[True, True], [True, False]]),
        np.array([1, 4, 7, 9])),
       (np.array([[3, 0]]), np.array([[True, True]]), np.array([1, 7, 8])),
       (np.array([[5, 5]]), np.array([[True, False]]), np.array([2, 4]))]
-  calls = [(0, 1), (1, 2), (2, 3)]
-  class_rows = sub_model_answers.RoundRows(table, [k[0] for k in shard_keys], calls, 2,
-                                          None)
-  bags = sub_model_answers.RoundRows(bag, [k[2] for k in shard_keys], calls, 2, None)
-  first, first_bag = class_rows.of_call(0, NO_WORKER), bags.of_call(0, NO_WORKER)
-  assert class_rows.of_call(2, NO_WORKER) is first and bags.of_call(2, NO_WORKER) is first_bag
-  np.testing.assert_array_equal(first.keys, [0, 2, 5])  # Shards 0 and 2.
-  np.testing.assert_array_equal(first.rows, table[[0, 2, 5]])
-  np.testing.assert_array_equal(first_bag.keys, [1, 2, 4, 7, 9])
-  np.testing.assert_array_equal(first_bag.rows, bag[[1, 2, 4, 7, 9]])
-  np.testing.assert_array_equal(class_rows.of_call(1, NO_WORKER).keys, [0, 3])
+  bags = sub_model_answers.RoundBags(bag, [k[2] for k in shard_keys],
+                                     [(0, 1), (1, 2), (2, 3)], 2, None)
+  first = bags.of_call(0, NO_WORKER)
+  assert bags.of_call(2, NO_WORKER) is first
+  np.testing.assert_array_equal(first.keys, [1, 2, 4, 7, 9])  # Shards 0 and 2.
+  np.testing.assert_array_equal(first.rows, bag[[1, 2, 4, 7, 9]])
   np.testing.assert_array_equal(bags.of_call(1, NO_WORKER).keys, [1, 7, 8])
-  # A call of shards 0 and 2 on worker 0: each shard's own class rows, the
-  # call's bag rows.
-  answers, call_bag = sub_model_answers.shard_answers(shard_keys[::2], first, first_bag)
+  answers, call_bag = sub_model_answers.shard_answers(state, shard_keys[::2], first)
   np.testing.assert_array_equal(call_bag.keys, [1, 2, 4, 7, 9])
-  np.testing.assert_array_equal(first_bag.rows[call_bag.in_worker], bag[[1, 2, 4, 7, 9]])
-  assert [len(a) for a in answers] == [4, 4]  # Keys, is_real, rows, in the worker.
+  np.testing.assert_array_equal(first.rows[call_bag.in_worker], bag[[1, 2, 4, 7, 9]])
   for answer, keys, rows in zip(answers, shard_keys[::2], ([0, 2, 5], [5])):
-    np.testing.assert_array_equal(answer[0], keys[0])
-    np.testing.assert_array_equal(answer[1], keys[1])
-    np.testing.assert_array_equal(answer[2], rows)
-    np.testing.assert_array_equal(first.rows[answer[3]], table[rows])
-  answers, no_bag = sub_model_answers.shard_answers(shard_keys[1:2],
-                                                    class_rows.of_call(1, NO_WORKER))
-  np.testing.assert_array_equal(answers[0][2], [0, 3])  # Sorted, each once.
-  np.testing.assert_array_equal(answers[0][3], [0, 1])
-  assert no_bag is None
+    assert len(answer) == 4  # Class rows, keys, is_real, distinct rows: no bag.
+    np.testing.assert_array_equal(answer[0], state["table"][keys[0]])
+    np.testing.assert_array_equal(answer[1], keys[0])
+    np.testing.assert_array_equal(answer[2], keys[1])
+    np.testing.assert_array_equal(answer[3], rows)
+  assert sub_model_answers.shard_answers(state, shard_keys[1:2])[1] is None
 
 
 class _Context:
@@ -84,7 +73,7 @@ def test_every_workers_bag_is_made_at_once_in_the_context_its_calls_run_in(monke
                           (context.name, clients)) or value)
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   calls = [(0, 1), (1, 2), (2, 3), (3, 5)]  # The last call has two TFF clients.
-  bags = sub_model_answers.RoundRows(bag, [np.array([i]) for i in range(5)], calls, 2,
+  bags = sub_model_answers.RoundBags(bag, [np.array([i]) for i in range(5)], calls, 2,
                                      None)
   bags.make_all([_Context("first"), _Context("second")])
   # Worker 0: calls 0 and 2 (one client each); worker 1: call 1, and call 3 of
@@ -407,7 +396,7 @@ def test_a_row_a_call_read_but_none_of_its_clients_held_is_not_held(table_rows):
   keys, holders = np.arange(4, dtype=np.int32), np.array([2, 1, 4, 0], np.int32)
   sums = np.array([[2.0], [3.0], [4.0], [0.0]], np.float32)
   row_sums = sub_model.RowSums(table_rows, 1, "holders")
-  part = sub_model_answers.call_parts(keys, sums, [3.0], table_rows, holders)
+  part = sub_model_answers.sums_part(keys, sums, [3.0], table_rows, holders)
   assert part.dense == (table_rows == 4)
   row_sums.add(part)
   table = np.ones((table_rows, 1), np.float32)

@@ -30,17 +30,14 @@ shard of clients, their batches one client after another (a
 step 1 returns each of the shard's clients' keys, computed from that
 client's own examples, and with a bag the distinct bag rows its clients read
 (each client's own bag keys stay in the worker for step 2,
-`worker_values.invoke_holding`); the server sends each worker, once a round,
-the class rows and bag rows its calls read (`sub_model_answers.RoundRows`,
-values the worker holds: `worker_values`), and answers a shard with its
-clients' keys, its call naming which of the worker's rows it reads
-(`CallRows`); step 2 trains the shard's clients one after another in one
-pass over its batches, each from the round's model with its own rows,
-gathered from the worker's, and returns their class-row deltas summed per
-row with how many clients held each row (on the shard's rows), their bag
-deltas summed per row over the call's shards in TFF (on the call's rows),
-each as an array of the table's shape instead when those rows are most of
-it, and their tower deltas' mean.
+`worker_values.invoke_holding`); the server answers the shard as one (its
+clients' class rows and its distinct ones, and which bag rows the call
+reads); step 2 trains the shard's clients one after another in one pass
+over its batches, each from the round's model with its own rows, and
+returns their class-row deltas summed per row with how many clients held
+each (on the shard's distinct rows), their bag deltas summed over the
+call's shards in TFF (on the call's rows), each as an array of the table's
+shape instead when those rows are most of it, and their tower deltas' mean.
 The round is the one of a TFF client each (tested, to rounding) without
 TFF's cost per client call, twice a round (a client's dataset serialized
 into the worker, its result out): on `xc_small`, 100 clients a round, a
@@ -50,8 +47,9 @@ distinct bag rows once took the round from 51 s to 18-24 s; a shard of 250
 clients reads 95% of the bag, so sending them once a call instead of once a
 shard took the process tree from 7.1 to 4.4-4.9 GB and the driver's CPU a
 round from 21-22 s to 16-19 s (the worker's rose 10 -> 12-14 s: summing the
-call's bag deltas in TFF). Then the bag rows a worker's calls read went to
-it once a round (`RoundRows`), and a call sent only which of them it read: on one
+call's bag deltas in TFF). Now the bag rows a worker's calls read go to it
+once a round (`sub_model_answers.RoundBags`, a value the worker holds:
+`worker_values`), and a call sends only which of them it reads: on one
 worker the round took 16.2 s instead of 18.8-19.0 and the driver 3.5 CPU s
 instead of 4.2-5.4 (the index on 2 shards); on three workers 15.2 s instead
 of 19.0, the busiest worker 4.8 CPU s instead of 5.5 and the process tree
@@ -473,22 +471,18 @@ class SubModelProcess:
         sums.clear()
     work = _RoundSums([], 0.0, 0.0, rows=self._row_sums, bag=self._bag_sums)
     parts = []
-    held = []  # Sharded: the rows of each table a worker's calls read.
-    if spec.sharded:
-      held.append(sub_model_answers.RoundRows(
-          state["table"], [k[0] for k in keys], calls, max(len(contexts), 1),
-          self._round.worker_rows_type))
-      if self._bagged:
-        held.append(sub_model_answers.RoundRows(
-            np.asarray(state["tower"][0]), [k[2] for k in keys], calls,
-            max(len(contexts), 1), self._round.worker_bag_type))
-    for rows in held:  # In turn, before the calls' threads start.
-      rows.make_all(contexts)
+    bags = (sub_model_answers.RoundBags(
+        np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls,
+        max(len(contexts), 1), self._round.worker_bag_type)
+            if spec.sharded and self._bagged else None)
+
+    if bags is not None:  # In turn, before the calls' threads start.
+      bags.make_all(contexts)
 
     def run(context, i):
       start, end = calls[i]
       return self._call(context, state, dense, keys[start:end], sent[i][0],
-                        [rows.of_call(i, context) for rows in held], sent[i][2])
+                        bags.of_call(i, context) if bags else None, sent[i][2])
 
     for mean, loss_sum, count, rows, bag in _in_waves(contexts, len(calls), run):
       parts.append(([np.asarray(d) for d in mean[0]], float(count)))
@@ -518,29 +512,29 @@ class SubModelProcess:
     return data, list(worker_values.invoke(context, self.client_keys, seed, data)), None
 
   def _call(self, context, state, dense, keys, client_data_,
-            held: Sequence[sub_model_answers.WorkerRows], bag_keys=None):
+            worker_bag: Optional[sub_model_answers.WorkerBag], bag_keys=None):
     """One TFF call, in `context` (None: the default), of the round's clients
     whose keys (per TFF client: a client or a shard) are `keys` and data
-    `client_data_` (the call's value in its worker, `_sent`), sharded reading
-    the rows its worker holds (`held`: the class rows', and with a bag the
-    bag's, read by its clients' `bag_keys`, in the worker: `_sent`): (the
-    mean (DP: sum) of the broadcast's deltas, loss sum, examples, the class
-    rows' and the bag's uploads as `RowParts`, each None if not trained)."""
+    `client_data_` (the call's value in its worker, `_sent`), sharded with
+    a bag reading the rows of `worker_bag` by its clients' `bag_keys` (in
+    the worker, `_sent`): (the mean (DP: sum) of the broadcast's deltas, loss
+    sum, examples, the class rows' and the bag's uploads, each a list of
+    `RowParts` (a shard's class rows a part) or None if not trained)."""
     spec = self._spec
     if spec.sharded:
-      answers, call_bag = sub_model_answers.shard_answers(keys, *held)
+      answers, call_bag = sub_model_answers.shard_answers(state, keys, worker_bag)
       outputs = worker_values.invoke(
           context, self.client_round,
           (dense,) + (() if call_bag is None else ((call_bag.keys, call_bag.in_worker),)),
-          *(rows.rows for rows in held), answers,
-          *(() if bag_keys is None else (bag_keys,)), client_data_)
+          *(() if call_bag is None else (worker_bag.rows,)), answers,
+          *(() if call_bag is None else (bag_keys,)), client_data_)
       mean, loss_sum, count = outputs[:3]
       # The weights' sum, the call's examples, goes with its first part.
       weights = [[float(count)]] + [[]] * (len(answers) - 1)
-      rows = [sub_model_answers.call_parts(answer[2], sums, part_weights, self._num_rows,
+      rows = [sub_model_answers.sums_part(answer[3], sums, part_weights, self._num_rows,
                                            holders)
               for answer, (sums, holders), part_weights in zip(answers, outputs[3], weights)]
-      bag = ([sub_model_answers.call_parts(call_bag.keys, outputs[4], weights[0],
+      bag = ([sub_model_answers.sums_part(call_bag.keys, outputs[4], weights[0],
                                            self._bag_rows)] if self._bagged else None)
       return mean, loss_sum, count, rows if spec.trains_rows else None, bag
     answers = sub_model_answers.answers(state, keys, self._bagged)

@@ -1,10 +1,9 @@
 """The server's answers in a sub-model round: each client's rows of the class
-table (and of the embedding bag), or, sharded, the rows of both tables that a
-worker's calls read, sent to it once a round, and each shard's (class rows)
-or call's (bag rows) keys among them; and what clients upload as per-row
-parts for `sub_model.RowSums`.
-O(rows touched), in NumPy: the TFF worker only ever holds the clients'
-sub-models."""
+table (and of the embedding bag), or a shard's clients' answers as one (with
+the bag rows a worker's calls read sent to it once a round), and what
+clients upload as per-row parts for `sub_model.RowSums`.
+O(rows touched) per client, in NumPy: the TFF worker only ever holds the
+clients' sub-models."""
 
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -16,13 +15,13 @@ from fed_retrieval.runtime import worker_values
 
 class RowParts(NamedTuple):
   """Uploads for `RowSums.add` (the class rows' or the bag's): per part (a
-  client, a shard's class rows or a call's bag rows) its row keys, their
-  deltas summed over its clients (with the `clients` mean, each client's
-  scaled by its weight), how many of its clients held each key (a call's
-  bag: not counted, its mean is over every client), and its clients' weights
-  (or their total). `dense`: one part whose sums (and holders) cover every row of
-  the table, zeros outside its keys (a shard or call that reads most of the
-  table), added in one pass, not gathered and scattered by key."""
+  client, a shard's class rows or a call's bag) its row keys, their deltas
+  summed over its clients (with the `clients` mean, each client's scaled by
+  its weight), how many of its clients held each key (a call's bag: not
+  counted, its mean is over every client), and its clients' weights (or
+  their total). `dense`: one part whose sums (and holders) cover every row
+  of the table, zeros outside its keys (a shard or call that reads most of
+  it), added in one pass, not gathered and scattered by key."""
   keys: List[np.ndarray]
   sums: List[np.ndarray]
   holders: List[np.ndarray]
@@ -45,58 +44,50 @@ def answers(state, keys, bagged: bool) -> List[tuple]:
   return result
 
 
-class WorkerRows(NamedTuple):
-  """The rows of a table (the class table or the bag) that some calls of a
-  round on one worker read, each once, sent to the worker once: their sorted
-  `keys` [U], `lookup` (for each row of the table, its position among the
-  keys: meaningful for the keys only) and the `rows` [U, D] as a call passes
-  them (`worker_values.created`: in the worker)."""
+class WorkerBag(NamedTuple):
+  """The bag rows some calls of a round on one worker read, each once, sent
+  to the worker once: their sorted `keys` [U], `lookup` (for each row of the
+  bag, its position among the keys: meaningful for the keys only) and the
+  `rows` [U, D] as a call passes them (`worker_values.created`: in the
+  worker)."""
   keys: np.ndarray
   lookup: np.ndarray
   rows: Any
 
 
-class CallRows(NamedTuple):
-  """What a call (or one of its shards) sends of a table: the distinct rows
-  its clients read as their sorted `keys` and their places among its
-  `WorkerRows`' rows (`in_worker`). Each client finds its rows among the keys
-  in the worker, by its own keys; the row sums come back on these keys."""
+class CallBag(NamedTuple):
+  """What a call sends of the bag: the distinct rows its shards' clients read
+  as their sorted `keys` and their places among its `WorkerBag`'s rows
+  (`in_worker`). Each client finds its rows among the keys in the worker,
+  by its own bag keys (`sub_model_clients.build_client_keys`)."""
   keys: np.ndarray
   in_worker: np.ndarray
 
 
-def call_rows(ids: np.ndarray, worker_rows: WorkerRows) -> CallRows:
-  """The `CallRows` of a call whose clients read the rows `ids` (any order,
-  repeated), all among `worker_rows`' keys."""
-  keys = row_ids.distinct(ids, len(worker_rows.lookup))
-  return CallRows(keys.astype(np.int32), worker_rows.lookup[keys])
-
-
-class RoundRows:
-  """The rows of a table that a round's calls read, sent to each worker once
-  a round, not once a call: at Amazon-670K's shape the calls of 500 clients
-  each read 95% of the bag, and a worker's calls (FedSS: 510 class rows a
-  client) read each class row they read ~1.6 times on three workers, 3.2
-  times on one. Call i of `calls` (a range of TFF clients) goes to worker i
-  mod `workers` (`sub_model._in_waves`); a worker's calls of one client count
+class RoundBags:
+  """The bag rows of a round's calls, sent to each worker once a round, not
+  once a call: the calls of 500 clients at Amazon-670K's shape each read 95%
+  of the bag. Call i of `calls` (a range of TFF clients) goes to worker i mod
+  `workers` (`sub_model._in_waves`); a worker's calls of one client count
   (a worker keeps an executor per count, `worker_values`) share a
-  `WorkerRows`, built and created in the worker when the first of them asks
+  `WorkerBag`, built and created in the worker when the first of them asks
   (`of_call`), or for every group at once (`make_all`)."""
 
-  def __init__(self, table: np.ndarray, keys: Sequence[np.ndarray],
+  def __init__(self, bag: np.ndarray, bag_keys: Sequence[np.ndarray],
                calls: Sequence[Tuple[int, int]], workers: int, type_spec):
-    """`keys`: the rows each TFF client of the round reads (any shape)."""
-    self._table, self._keys, self._calls = table, keys, calls
+    """`bag_keys`: the bag rows each TFF client of the round reads (a
+    shard's distinct ones)."""
+    self._bag, self._bag_keys, self._calls = bag, bag_keys, calls
     self._workers, self._type_spec = workers, type_spec
-    # (worker, clients) -> its rows; a group's calls run on one worker in turn.
-    self._made: Dict[Tuple[int, int], WorkerRows] = {}
+    # (worker, clients) -> its bag; a group's calls run on one worker in turn.
+    self._made: Dict[Tuple[int, int], WorkerBag] = {}
 
   def _group(self, call: int) -> Tuple[int, int]:
     start, end = self._calls[call]
     return call % self._workers, end - start
 
   def make_all(self, contexts: Sequence[Any]) -> None:
-    """Every group's `WorkerRows` made now, one after another, each in the
+    """Every group's `WorkerBag` made now, one after another, each in the
     context its calls run in (call i in contexts[i mod their number]; none:
     the default). Made by three call threads at once they took 0.38 CPU s
     a round, in turn 0.07 (4,000 clients, 3 workers; one-off, by thread
@@ -104,35 +95,35 @@ class RoundRows:
     for call in range(len(self._calls)):
       self.of_call(call, contexts[self._group(call)[0]] if contexts else None)
 
-  def of_call(self, call: int, context) -> WorkerRows:
-    """The `WorkerRows` of call `call`, run in `context` (None: the default)."""
+  def of_call(self, call: int, context) -> WorkerBag:
+    """The `WorkerBag` of call `call`, run in `context` (None: the default)."""
     group = self._group(call)
     if group not in self._made:
       members = [i for i in range(len(self._calls)) if self._group(i) == group]
       keys, lookup = row_ids.distinct_and_lookup(np.concatenate(
-          [np.asarray(self._keys[t]).reshape(-1)
-           for i in members for t in range(*self._calls[i])]), len(self._table))
-      rows = worker_values.created(context, self._table[keys], self._type_spec, group[1])
-      self._made[group] = WorkerRows(keys.astype(np.int32), lookup, rows)
+          [self._bag_keys[t] for i in members for t in range(*self._calls[i])]),
+          len(self._bag))
+      rows = worker_values.created(context, self._bag[keys], self._type_spec, group[1])
+      self._made[group] = WorkerBag(keys.astype(np.int32), lookup, rows)
     return self._made[group]
 
 
-def shard_answers(shard_keys, worker_rows: WorkerRows,
-                  worker_bag: Optional[WorkerRows] = None
-                  ) -> Tuple[List[tuple], Optional[CallRows]]:
+def shard_answers(state, shard_keys, worker_bag: Optional[WorkerBag] = None
+                  ) -> Tuple[List[tuple], Optional[CallBag]]:
   """Each shard's answer from its keys (`build_client_keys`): its clients'
-  keys and is_real [n, K] and the `CallRows` of its own class rows among
-  `worker_rows` (those its worker holds), its clients' rows read there by
-  them and their sums returned on them; with a bag (`worker_bag`; a
-  shard's keys then end with its distinct bag rows), the call's `CallRows`
-  of the bag (the call's bag sums come back as one)."""
-  answers = []
-  for keys in shard_keys:
-    rows = call_rows(np.asarray(keys[0]).reshape(-1), worker_rows)
-    answers.append((np.asarray(keys[0]), np.asarray(keys[1]), rows.keys, rows.in_worker))
-  bag = (call_rows(np.concatenate([np.asarray(k[2]) for k in shard_keys]), worker_bag)
-         if worker_bag is not None else None)
-  return answers, bag
+  class rows [n, K, D], keys and is_real [n, K], and its distinct class rows
+  (sorted: its row sums come back on them); with a bag (`worker_bag`, the
+  rows its worker holds; a shard's keys then end with its distinct bag
+  rows), also the call's `CallBag`."""
+  call_bag = None
+  if worker_bag is not None:
+    distinct = row_ids.distinct(np.concatenate([np.asarray(k[2]) for k in shard_keys]),
+                                len(worker_bag.lookup))
+    call_bag = CallBag(distinct.astype(np.int32), worker_bag.lookup[distinct])
+  table = state["table"]
+  return [(table[np.asarray(keys[0])], np.asarray(keys[0]), np.asarray(keys[1]),
+           row_ids.distinct(np.asarray(keys[0]).reshape(-1), len(table)).astype(np.int32))
+          for keys in shard_keys], call_bag
 
 
 def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
@@ -161,8 +152,8 @@ def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
   return parts
 
 
-def call_parts(keys: np.ndarray, sums, weights: List[float], table_rows: int,
-               holders=None) -> RowParts:
+def sums_part(keys: np.ndarray, sums, weights: List[float], table_rows: int,
+              holders=None) -> RowParts:
   """A shard's sums of the class rows, or a call's of the bag
   (`sub_model_clients.ClientRound`), as one part: on every row of the table
   (dense) when it has as many, else on its rows `keys` (the same when it

@@ -7,15 +7,15 @@ with a selected bag, its bag rows, computed from its own data and the round.
 model with the rows it was answered, and returns its deltas. The tower's
 deltas are averaged in TFF (example-weighted; DP: summed after each client
 clips its own); a client's rows (and bag rows) come back for the server to
-average (`sub_model.RowSums`). Sharded, the rows of both tables that a
-worker's calls read are values it holds for the round
-(`sub_model_answers.RoundRows`); a shard's answer names which of its class
-rows it reads, a call's broadcast which of its bag rows (`CallRows`); each
-shard gathers its clients' rows by their keys among those, and their deltas
-come back summed per row: a shard's class rows' on its own, a call's bag's
-over its shards in TFF (on those rows, or as one array of the table's shape
-when they are most of it, `DENSE_SHARE`). With the whole table, the table is
-broadcast and averaged as the tower is. A shard's
+average (`sub_model.RowSums`). Sharded, the deltas come back summed per
+row: a shard's class rows' on its distinct rows, with how many clients held
+each, and a call's bag's over its shards in TFF on the call's bag rows (or
+either as one array of the table's shape when those rows are most of it,
+`DENSE_SHARE`); the bag rows a worker's calls read are a value it holds for
+the round (`sub_model_answers.RoundBags`), and a call broadcasts which of
+them its shards read, each shard gathering its clients' rows by the bag
+keys its keys' computation left in the worker. With the whole table, the
+table is broadcast and averaged as the tower is. A shard's
 loops are `tf.while_loop`s with autograph off (as in `client_shards`):
 converting them and all they call was 5.3 of the 7.6 s a small XC run spent
 in autograph.
@@ -155,11 +155,11 @@ def build_client_keys(spec, data_type):
 
 
 def _places(call_keys: tf.Tensor, keys: tf.Tensor, table_rows: int) -> tf.Tensor:
-  """Each of `keys`' place among the distinct `call_keys` (a call's or a
-  shard's), looked up in an array of the table's rows: binary searches
-  (`tf.searchsorted`) of each FedSS shard's 127,500 keys among its call's
-  212,000 took the three workers ~0.8 CPU s a round more in all at
-  Amazon-670K's shape, 4,000 clients (perf's samples, one run each)."""
+  """Each of `keys`' place among the distinct `call_keys` (a call's bag rows,
+  a shard's class rows), looked up in an array of the table's rows: binary
+  searches (`tf.searchsorted`) of each FedSS shard's 127,500 class keys
+  among 212,000 rows took the three workers ~0.8 CPU s a round more in all
+  at Amazon-670K's shape, 4,000 clients (perf's samples, one run each)."""
   place = tf.scatter_nd(call_keys[:, None], tf.range(tf.size(call_keys)), [table_rows])
   return tf.gather(place, keys)
 
@@ -172,32 +172,31 @@ class ClientRound:
     self.spec, self.num_rows, self.dim, self.bag_dim = spec, num_rows, dim, bag_dim
     self.bag_rows = len(spec.initial_tower[0]) if spec.bag is not None else 0
     self.bagged = spec.bag is not None
-    # Sharded, the rows of each table the worker holds are an argument of
+    # Sharded with a bag, the bag rows the worker holds are an argument of
     # their own, and which of them the call reads and their keys go with the
-    # tower (`sub_model_answers.CallRows`). They are held at the clients, all
+    # tower (`sub_model_answers.CallBag`). They are held at the clients, all
     # equal, not at the server: TFF's C++ worker broadcasts a server value by
     # serializing it and parsing it anew, each call. At 4,000 clients at
     # Amazon-670K's shape, one worker's page faults a round went from
-    # 419-444k to 273-274k and its CPU from 8.25-8.27 to 7.23-7.61 s (the
-    # bag's rows; two runs each way, alternated, 3 timed rounds; one-off,
-    # same weights).
+    # 419-444k to 273-274k and its CPU from 8.25-8.27 to 7.23-7.61 s (two
+    # runs each way, alternated, 3 timed rounds; one-off, same weights).
     self.call_bag = self.bagged and spec.sharded
-    self.worker_rows_type, self.worker_bag_type = (
-        tff.FederatedType(tensor_type([None, d]), tff.CLIENTS, all_equal=True)
-        for d in (dim, bag_dim))
+    self.worker_bag_type = tff.FederatedType(tensor_type([None, bag_dim]), tff.CLIENTS,
+                                             all_equal=True)
     dense_type = tff.StructWithPythonType([tensor_type(s) for s in dense_shapes], list)
     if spec.whole_table:
       self.broadcast_type = tff.StructWithPythonType(
           (dense_type, tensor_type([num_rows, dim])), tuple)
       self.answer_type = None
       return
-    call_rows_type = tff.StructWithPythonType(  # (keys, in_worker): `CallRows`.
+    call_bag_type = tff.StructWithPythonType(  # (keys, in_worker): `CallBag`.
         (tensor_type([None], np.int32), tensor_type([None], np.int32)), tuple)
-    if spec.sharded:  # A shard's clients' keys, is_real and its `CallRows`.
+    if spec.sharded:  # A shard's clients' rows, keys, is_real; its distinct rows.
       self.broadcast_type = tff.StructWithPythonType(
-          (dense_type,) + ((call_rows_type,) if self.bagged else ()), tuple)
-      answer = (tensor_type([None, spec.num_keys], np.int32),
-                tensor_type([None, spec.num_keys], np.bool_)) + tuple(call_rows_type)
+          (dense_type,) + ((call_bag_type,) if self.bagged else ()), tuple)
+      answer = (tensor_type([None, spec.num_keys, dim]),
+                tensor_type([None, spec.num_keys], np.int32),
+                tensor_type([None, spec.num_keys], np.bool_), tensor_type([None], np.int32))
     else:  # A client's rows, keys and is_real, with a bag its bag rows and keys.
       self.broadcast_type = tff.StructWithPythonType((dense_type,), tuple)
       answer = (tensor_type([spec.num_keys, dim]), tensor_type([spec.num_keys], np.int32),
@@ -256,24 +255,22 @@ class ClientRound:
     return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
                                                      is_real, dataset))
 
-  def shard_answer(self, broadcast, held, answer, places, bag, i):
+  def shard_answer(self, broadcast, worker_bag, answer, bag, i):
     """Client i's answer from its shard's (`sub_model_answers.shard_answers`),
-    its rows gathered from those its worker holds (`held`: the class rows',
-    the bag's) by their `places` [n, K] among the call's rows; `bag`: (the
-    shard's clients' bag keys and their places among the call's bag rows, one
+    its bag rows gathered from the worker's by the call's; `bag`: (the
+    shard's clients' bag keys and their places among the call's rows, one
     client after another, each client's count of them, where each one's end)."""
     if self.spec.whole_table:
       return None
-    picked = (tf.gather(held[0], tf.gather(answer[3], places[i])), answer[0][i],
-              answer[1][i])
+    picked = (answer[0][i], answer[1][i], answer[2][i])
     if self.bagged:
       keys, positions, counts, ends = bag
       mine = slice(ends[i] - counts[i], ends[i])
-      picked += (tf.gather(held[1], tf.gather(broadcast[1][1], positions[mine])),
+      picked += (tf.gather(worker_bag, tf.gather(broadcast[1][1], positions[mine])),
                  keys[mine])
     return picked
 
-  def train_shard(self, broadcast, answer, shard, held=(), bag_keys=None):
+  def train_shard(self, broadcast, answer, shard, worker_bag=None, bag_keys=None):
     """Each of the `shard`'s clients (`client_data.Shard`) trained in turn
     from the round's model, in one pass over its batches (as `client_shards`
     does): the shared deltas' mean over them as the round weighs them (the
@@ -282,16 +279,13 @@ class ClientRound:
     the class rows' deltas summed per row (`clients`: each client's weighted
     by its examples) and how many clients held each, on the shard's rows
     (`_call_sums`), and with a bag its deltas weighted by examples and summed
-    per bag row, on the call's. The rows are read from `held` (the class rows
-    and bag rows its worker holds) by where the clients' keys are among the
-    shard's (`answer`) and their `bag_keys` among the call's (`broadcast`).
+    per bag row, on the call's (their rows read from `worker_bag`, the rows
+    its worker holds, by where the clients' `bag_keys` are among the call's).
     (No DP: a shard's mean is not one client's clipped update.)"""
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
-    places, bag = None, None
-    if not whole:
-      places = _places(answer[2], answer[0], self.num_rows)
+    bag = None
     if self.bagged:
       bag = (bag_keys[0], _places(broadcast[1][0], bag_keys[0], self.bag_rows),
              bag_keys[1], tf.cumsum(bag_keys[1]))
@@ -306,7 +300,7 @@ class ClientRound:
     def train_client(i, totals):
       """Client i trained from the round's model, its result added."""
       tower, rows, keys, is_real, bag_keys = self.start(
-          broadcast, self.shard_answer(broadcast, held, answer, places, bag, i))
+          broadcast, self.shard_answer(broadcast, worker_bag, answer, bag, i))
 
       def step(index, state):
         batch = self.localized(client_data.shard_batch(shard, index), bag_keys)
@@ -327,8 +321,8 @@ class ClientRound:
     if whole:
       return shared, loss_total, examples, table_total
     deltas = row_ta.stack()  # [n, K, D], weighted (`_add`).
-    ids, real = tf.reshape(answer[0], [-1]), tf.reshape(answer[1], [-1])
-    flat_places, shard_keys = tf.reshape(places, [-1]), answer[2]
+    ids, real, shard_keys = tf.reshape(answer[1], [-1]), tf.reshape(answer[2], [-1]), answer[3]
+    flat_places = _places(shard_keys, ids, self.num_rows)
     result = (shared, loss_total, examples,
               (self._call_sums(tf.reshape(deltas, [-1, self.dim]), ids, flat_places,
                                shard_keys, self.num_rows, real),
@@ -437,16 +431,17 @@ class ClientRound:
       return mean, tff.federated_sum(loss_sum), tff.federated_sum(count)
 
     if self.spec.sharded:  # (No DP.)
-      held = [self.worker_rows_type] + ([self.worker_bag_type] if self.bagged else [])
-      at_clients = held + [answers_at_clients] + (
-          [self.bag_keys_type] if self.bagged else []) + [data_at_clients]
+      at_clients = ([self.worker_bag_type, answers_at_clients, self.bag_keys_type]
+                    if self.bagged else [answers_at_clients]) + [data_at_clients]
 
       @tff.tensorflow.computation(tff.StructWithPythonType(
           [self.broadcast_type] + [t.member for t in at_clients], tuple))
       def shard_update(args):
-        answer = args[1 + len(held)]
-        bag_keys = args[2 + len(held)] if self.bagged else None
-        return train(args[0], answer, args[-1], tuple(args[1:1 + len(held)]), bag_keys)
+        if self.bagged:
+          broadcast, worker_bag, answer, bag_keys, data = args
+          return train(broadcast, answer, data, worker_bag, bag_keys)
+        broadcast, answer, data = args
+        return train(broadcast, answer, data)
 
       @tff.federated_computation(tff.StructWithPythonType(
           [broadcast_at_server] + at_clients, tuple))
