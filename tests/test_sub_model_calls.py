@@ -363,19 +363,19 @@ def test_a_calls_sums_on_every_row_or_on_its_rows_give_the_same_weights(
 
 @pytest.mark.parametrize("share,dense", [(0.0, True), (2.0, False)])
 def test_a_shards_sums_leave_out_what_is_not_real(monkeypatch, share, dense):
-  """`ClientRound._call_sums` of 6 uploads on a 10-row table, a call reading
+  """`ClientRound._sums_per_row` of 6 uploads on a 10-row table, a shard reading
   rows 1, 4, 7 and 9: each row's real values summed in order (row 9 read,
   but only by a slot that is not real: zero), on every row (`DENSE_SHARE`
-  0) or on the call's rows; and how many real slots held each."""
+  0) or on the rows it reads; and how many real slots held each."""
   monkeypatch.setattr(sub_model_clients, "DENSE_SHARE", share)
   values = np.arange(12, dtype=np.float32).reshape(6, 2) + 0.5
   ids = np.array([4, 1, 4, 7, 1, 9], np.int32)
   real = np.array([True, True, False, True, True, False])
   call_keys = np.array([1, 4, 7, 9], np.int32)
   places = np.searchsorted(call_keys, ids).astype(np.int32)
-  sums = sub_model_clients.ClientRound._call_sums(  # pylint: disable=protected-access
+  sums = sub_model_clients.ClientRound._sums_per_row(  # pylint: disable=protected-access
       values, ids, places, call_keys, 10, real).numpy()
-  holders = sub_model_clients.ClientRound._call_sums(  # pylint: disable=protected-access
+  holders = sub_model_clients.ClientRound._sums_per_row(  # pylint: disable=protected-access
       np.ones(6, np.int32), ids, places, call_keys, 10, real).numpy()
   expected = np.array([values[1] + values[4], values[0], values[3], [0.0, 0.0]])
   if dense:

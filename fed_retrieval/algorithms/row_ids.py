@@ -41,7 +41,7 @@ def add_in_order(sums: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
   calls. The ids seen once are added in one step, the repeats a level at a
   time (the k-th row of each id in level k)."""
   once = np.bincount(ids, minlength=len(sums))[ids] == 1
-  if once.all():  # Distinct ids (a sharded call's rows): no copies.
+  if once.all():  # Distinct ids (a shard's or call's sums): no copies.
     sums[ids] += rows
     return
   sums[ids[once]] += rows[once]

@@ -292,7 +292,7 @@ class RowSums:
     # rows took 40 ms part by part against 1.4 (one-off, thread clocks).
     keys = _joined(parts.keys)
     row_ids.add_in_order(self._sums, keys, _joined(parts.sums))
-    if parts.holders:  # Rows a call read that none of its clients held: not held.
+    if parts.holders:  # Rows a part read that none of its clients held: not held.
       holders = _joined(parts.holders)
       np.add.at(self._holders, keys, holders)
       keys = keys[holders > 0]
@@ -549,7 +549,8 @@ class SubModelProcess:
         [a[4] for a in answers], [u[1] for u in uploads],
         [np.ones(len(a[4]), bool) for a in answers], weights, scaled=True)
            if self._bagged else None)
-    return mean, loss_sum, count, [rows] if spec.trains_rows else None, [bag] if bag else None
+    return (mean, loss_sum, count, [rows] if spec.trains_rows else None,
+            None if bag is None else [bag])
 
   def _server_step(self, state, work: "_RoundSums", round_num: int):
     """The new tower and table: DP noise on the dense means, the bag's mean

@@ -30,10 +30,10 @@ import tensorflow_federated as tff
 from fed_retrieval.algorithms import optimizers
 from tasks import client_data
 
-# A sharded call that reads at least this share of a table's rows (the bag's
-# or the class table's) returns its sums as an array of the table's shape
-# (zeros where none read), which the server adds in one pass; a call reading
-# fewer returns them on its rows. Chosen on the bag: FedAwS at Amazon-670K's
+# A sharded call (its bag rows) or shard (its class rows) that reads at least
+# this share of the table's rows returns its sums as an array of the table's
+# shape (zeros where none read), which the server adds in one pass; one
+# reading fewer returns them on its rows. Chosen on the bag: FedAwS at Amazon-670K's
 # shape (shares from the answers' bytes, dense and not): calls of 500
 # clients read 99.7% of the bag, and dense took the
 # driver's CPU a round on 3 workers from 1.11-1.14 to 1.00-1.01 s (two runs
@@ -158,8 +158,9 @@ def _places(call_keys: tf.Tensor, keys: tf.Tensor, table_rows: int) -> tf.Tensor
   """Each of `keys`' place among the distinct `call_keys` (a call's bag rows,
   a shard's class rows), looked up in an array of the table's rows: binary
   searches (`tf.searchsorted`) of each FedSS shard's 127,500 class keys
-  among 212,000 rows took the three workers ~0.8 CPU s a round more in all
-  at Amazon-670K's shape, 4,000 clients (perf's samples, one run each)."""
+  among its call's 212,000 rows (a layout since dropped) took the three
+  workers ~0.8 CPU s a round more in all at Amazon-670K's shape, 4,000
+  clients (perf's samples, one run each)."""
   place = tf.scatter_nd(call_keys[:, None], tf.range(tf.size(call_keys)), [table_rows])
   return tf.gather(place, keys)
 
@@ -278,7 +279,7 @@ class ClientRound:
     sum and examples; with the whole table, the table mean's weight; else
     the class rows' deltas summed per row (`clients`: each client's weighted
     by its examples) and how many clients held each, on the shard's rows
-    (`_call_sums`), and with a bag its deltas weighted by examples and summed
+    (`_sums_per_row`), and with a bag its deltas weighted by examples and summed
     per bag row, on the call's (their rows read from `worker_bag`, the rows
     its worker holds, by where the clients' `bag_keys` are among the call's).
     (No DP: a shard's mean is not one client's clipped update.)"""
@@ -324,17 +325,17 @@ class ClientRound:
     ids, real, shard_keys = tf.reshape(answer[1], [-1]), tf.reshape(answer[2], [-1]), answer[3]
     flat_places = _places(shard_keys, ids, self.num_rows)
     result = (shared, loss_total, examples,
-              (self._call_sums(tf.reshape(deltas, [-1, self.dim]), ids, flat_places,
+              (self._sums_per_row(tf.reshape(deltas, [-1, self.dim]), ids, flat_places,
                                shard_keys, self.num_rows, real),
-               self._call_sums(tf.ones_like(ids), ids, flat_places, shard_keys,
+               self._sums_per_row(tf.ones_like(ids), ids, flat_places, shard_keys,
                                self.num_rows, real)))
     if not self.bagged:
       return result
-    return result + (self._call_sums(tf.reshape(bag_ta.concat(), [-1, self.bag_dim]),
+    return result + (self._sums_per_row(tf.reshape(bag_ta.concat(), [-1, self.bag_dim]),
                                      bag[0], bag[1], broadcast[1][0], self.bag_rows),)
 
   @staticmethod
-  def _call_sums(values, ids, places, call_keys, table_rows: int, real=None):
+  def _sums_per_row(values, ids, places, call_keys, table_rows: int, real=None):
     """A shard's `values` [n, ...] of its clients' rows `ids` [n] (their
     `places` [n] among `call_keys`, the sorted rows of the shard or of its
     call) summed per row, those not `real` left out: on every row of the
