@@ -322,17 +322,18 @@ class ClientRound:
     if whole:
       return shared, loss_total, examples, table_total
     deltas = row_ta.stack()  # [n, K, D], weighted (`_add`).
-    ids, real, shard_keys = tf.reshape(answer[1], [-1]), tf.reshape(answer[2], [-1]), answer[3]
-    flat_places = _places(shard_keys, ids, self.num_rows)
+    ids, real = tf.reshape(answer[1], [-1]), tf.reshape(answer[2], [-1])
+    shard_keys = answer[3]
+    places = _places(shard_keys, ids, self.num_rows)
     result = (shared, loss_total, examples,
-              (self._sums_per_row(tf.reshape(deltas, [-1, self.dim]), ids, flat_places,
-                               shard_keys, self.num_rows, real),
-               self._sums_per_row(tf.ones_like(ids), ids, flat_places, shard_keys,
-                               self.num_rows, real)))
+              (self._sums_per_row(tf.reshape(deltas, [-1, self.dim]), ids, places,
+                                  shard_keys, self.num_rows, real),
+               self._sums_per_row(tf.ones_like(ids), ids, places, shard_keys,
+                                  self.num_rows, real)))
     if not self.bagged:
       return result
     return result + (self._sums_per_row(tf.reshape(bag_ta.concat(), [-1, self.bag_dim]),
-                                     bag[0], bag[1], broadcast[1][0], self.bag_rows),)
+                                        bag[0], bag[1], broadcast[1][0], self.bag_rows),)
 
   @staticmethod
   def _sums_per_row(values, ids, places, call_keys, table_rows: int, real=None):
