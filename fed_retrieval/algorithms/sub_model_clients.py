@@ -33,16 +33,18 @@ from tasks import client_data
 # A sharded call (its bag rows) or shard (its class rows) that reads at least
 # this share of the table's rows returns its sums as an array of the table's
 # shape (zeros where none read), which the server adds in one pass; one
-# reading fewer returns them on its rows. Chosen on the bag: FedAwS at Amazon-670K's
-# shape (shares from the answers' bytes, dense and not): calls of 500
-# clients read 99.7% of the bag, and dense took the
-# driver's CPU a round on 3 workers from 1.11-1.14 to 1.00-1.01 s (two runs
-# each way, side by side); a round of 100 clients reads 70%, and dense made
-# its worker's answer 36 MB instead of 25 and the round at 10k labels
+# reading fewer returns them on its rows (the same sums, to the bit). Chosen
+# on the bag: FedAwS at Amazon-670K's shape (shares from the answers' bytes,
+# dense and not): calls of 500 clients read 99.7% of the bag, and dense took
+# the driver's CPU a round on 3 workers from 1.11-1.14 to 1.00-1.01 s (two
+# runs each way, side by side); a round of 100 clients reads 70%, and dense
+# made its worker's answer 36 MB instead of 25 and the round at 10k labels
 # 0.34-0.37 s instead of 0.31-0.32 (4 sittings each). Bibtex's and
 # Delicious's calls of 100 clients read 99.6-100% of their small bags, dense:
 # FedAwS's metrics the same to the bit, 10 passes in 26.0 and 45.7 s
-# against 25.7 and 44.5 by key (one run each).
+# against 25.7 and 44.5 by key (one run each). A shard's class rows are
+# fewer: FedSS's and FedAwS's shards read 34-39% and 15% of Bibtex's
+# labels, 78-82% and 14% of Delicious's, keyed (seed 0, 2 passes; one-off).
 DENSE_SHARE = 0.9
 
 
@@ -392,9 +394,9 @@ class ClientRound:
   def build(self, data_type) -> Any:
     """TFF: (broadcast @SERVER, [answers @CLIENTS,] data @CLIENTS) -> (mean
     dense delta (DP: sum), loss sum, examples @SERVER[, uploads @CLIENTS]);
-    sharded, one struct: (broadcast @SERVER, the worker's class rows [and bag
-    rows] @CLIENTS all equal, answers [and bag keys] @CLIENTS, data @CLIENTS)
-    -> (mean dense delta, loss sum, examples @SERVER, each shard's class row
+    sharded, one struct: (broadcast @SERVER, [the worker's bag rows @CLIENTS
+    all equal,] answers @CLIENTS, [bag keys @CLIENTS,] data @CLIENTS) ->
+    (mean dense delta, loss sum, examples @SERVER, each shard's class row
     sums and holders @CLIENTS[, the call's bag sums @SERVER])."""
     private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
     train = (tf.function(self.train_shard, autograph=False) if self.spec.sharded
