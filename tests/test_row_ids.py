@@ -48,3 +48,20 @@ def test_rows_added_in_order_are_a_loops_float_sums_to_the_bit(count, num_rows):
     kept_one = start.copy()
     kept_one[ids] += rows
     assert not np.array_equal(kept_one, expected)
+
+
+@pytest.mark.parametrize("count", [0, 1, row_ids.ADD_BLOCK_ROWS + 7])
+def test_distinct_rows_added_whole_are_numpys_fancy_sums_to_the_bit(count):
+  """Across blocks (one more than a block's rows, and a few), int32 ids in
+  any order: the same bits as `sums[ids] += rows`; rows not named untouched."""
+  rng = np.random.default_rng(count)
+  num_rows = 2 * count + 3
+  ids = rng.permutation(num_rows)[:count].astype(np.int32)
+  rows = rng.normal(size=(count, 5)).astype(np.float32) * 10 ** rng.uniform(-4, 4, (count, 1))
+  start = rng.normal(size=(num_rows, 5)).astype(np.float32)
+  expected, added = start.copy(), start.copy()
+  expected[ids] += rows
+  row_ids.add_rows(added, ids, rows)
+  np.testing.assert_array_equal(added.view(np.int32), expected.view(np.int32))
+  untouched = np.setdiff1d(np.arange(num_rows), ids)
+  np.testing.assert_array_equal(added[untouched], start[untouched])

@@ -8,6 +8,10 @@ from typing import Tuple
 
 import numpy as np
 
+# Rows `add_rows` moves at once: 1 MB of rows of 64 floats, which stays in a
+# core's cache between the gather, the add and the put.
+ADD_BLOCK_ROWS = 4096
+
 
 def distinct(ids: np.ndarray, num_rows: int) -> np.ndarray:
   """The sorted distinct values (int64) of `ids`, each in [0, num_rows)."""
@@ -33,6 +37,22 @@ def distinct_and_positions(ids: np.ndarray, num_rows: int
   return rows, lookup[ids]
 
 
+def add_rows(sums: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
+  """sums[ids] += rows for distinct `ids` [n] into C-contiguous `sums`, in
+  place: NumPy's fancy `+=` (the same float sums) moves a row's elements one
+  by one; here each row is gathered and put back whole (as one item of
+  `sums`' rows viewed as opaque bytes), `ADD_BLOCK_ROWS` at a time. At
+  Amazon-670K's shape, 16 shards' sums of 116,000 distinct rows each took
+  0.17 CPU s to add against 0.43-0.48 (one-off, thread clocks)."""
+  whole = sums.view(np.dtype((np.void, sums.shape[1] * sums.itemsize))).reshape(len(sums))
+  for start in range(0, len(ids), ADD_BLOCK_ROWS):
+    block = ids[start:start + ADD_BLOCK_ROWS]
+    gathered = np.take(whole, block)
+    values = gathered.view(sums.dtype).reshape(len(block), sums.shape[1])
+    np.add(values, rows[start:start + ADD_BLOCK_ROWS], out=values)
+    np.put(whole, block, gathered)
+
+
 def add_in_order(sums: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
   """sums[i] += row for each id i of `ids` [n] and row of `rows` [n, D], in
   place and in their order, a repeated id's rows one after another (NumPy's
@@ -42,9 +62,9 @@ def add_in_order(sums: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
   time (the k-th row of each id in level k)."""
   once = np.bincount(ids, minlength=len(sums))[ids] == 1
   if once.all():  # Distinct ids (a shard's or call's sums): no copies.
-    sums[ids] += rows
+    add_rows(sums, ids, rows)
     return
-  sums[ids[once]] += rows[once]
+  add_rows(sums, ids[once], rows[once])
   repeated = np.flatnonzero(~once)
   ids, rows = ids[repeated], rows[repeated]
   by_id = np.argsort(ids, kind="stable")
@@ -56,4 +76,4 @@ def add_in_order(sums: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
   bounds = np.cumsum(np.bincount(level))
   for start, end in zip(np.r_[0, bounds[:-1]], bounds):
     at = by_level[start:end]
-    sums[ids[at]] += rows[at]
+    add_rows(sums, ids[at], rows[at])
