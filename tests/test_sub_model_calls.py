@@ -31,8 +31,9 @@ def test_a_workers_bag_rows_go_once_and_each_call_names_its_own():
   """Three shards, a call each, over two workers: worker 0's calls (0 and 2)
   share one set of bag rows, the union of what they read, made once; each
   call names its bag rows among them, in order, and their keys; each shard's
-  answer holds its clients' class rows, keys and is_real, and its distinct
-  class rows."""
+  answer holds the class rows of its distinct keys, each once, its clients'
+  keys and is_real, and those distinct keys, among which each client finds
+  its rows."""
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   state = {"tower": [bag], "table": np.arange(12, dtype=np.float32).reshape(6, 2)}
   shard_keys = [  # (class keys [n, K], is_real [n, K], the shard's distinct bag rows).
@@ -52,10 +53,12 @@ def test_a_workers_bag_rows_go_once_and_each_call_names_its_own():
   np.testing.assert_array_equal(first.rows[call_bag.in_worker], bag[[1, 2, 4, 7, 9]])
   for answer, keys, rows in zip(answers, shard_keys[::2], ([0, 2, 5], [5])):
     assert len(answer) == 4  # Class rows, keys, is_real, distinct rows: no bag.
-    np.testing.assert_array_equal(answer[0], state["table"][keys[0]])
+    np.testing.assert_array_equal(answer[0], state["table"][rows])
     np.testing.assert_array_equal(answer[1], keys[0])
     np.testing.assert_array_equal(answer[2], keys[1])
     np.testing.assert_array_equal(answer[3], rows)
+    places = np.searchsorted(answer[3], keys[0])  # Each client's rows by its keys.
+    np.testing.assert_array_equal(answer[0][places], state["table"][keys[0]])
   assert sub_model_answers.shard_answers(state, shard_keys[1:2])[1] is None
 
 

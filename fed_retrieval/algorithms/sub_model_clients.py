@@ -194,10 +194,10 @@ class ClientRound:
       return
     call_bag_type = tff.StructWithPythonType(  # (keys, in_worker): `CallBag`.
         (tensor_type([None], np.int32), tensor_type([None], np.int32)), tuple)
-    if spec.sharded:  # A shard's clients' rows, keys, is_real; its distinct rows.
+    if spec.sharded:  # A shard's distinct rows, its clients' keys and is_real, its keys.
       self.broadcast_type = tff.StructWithPythonType(
           (dense_type,) + ((call_bag_type,) if self.bagged else ()), tuple)
-      answer = (tensor_type([None, spec.num_keys, dim]),
+      answer = (tensor_type([None, dim]),
                 tensor_type([None, spec.num_keys], np.int32),
                 tensor_type([None, spec.num_keys], np.bool_), tensor_type([None], np.int32))
     else:  # A client's rows, keys and is_real, with a bag its bag rows and keys.
@@ -258,14 +258,16 @@ class ClientRound:
     return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
                                                      is_real, dataset))
 
-  def shard_answer(self, broadcast, worker_bag, answer, bag, i):
-    """Client i's answer from its shard's (`sub_model_answers.shard_answers`),
-    its bag rows gathered from the worker's by the call's; `bag`: (the
-    shard's clients' bag keys and their places among the call's rows, one
-    client after another, each client's count of them, where each one's end)."""
+  def shard_answer(self, broadcast, worker_bag, answer, places, bag, i):
+    """Client i's answer from its shard's (`sub_model_answers.shard_answers`):
+    its class rows gathered from the shard's by their `places` [n, K] among
+    the shard's keys, and its bag rows from the worker's by the call's;
+    `bag`: (the shard's clients' bag keys and their places among the call's
+    rows, one client after another, each client's count of them, where each
+    one's end)."""
     if self.spec.whole_table:
       return None
-    picked = (answer[0][i], answer[1][i], answer[2][i])
+    picked = (tf.gather(answer[0], places[i]), answer[1][i], answer[2][i])
     if self.bagged:
       keys, positions, counts, ends = bag
       mine = slice(ends[i] - counts[i], ends[i])
@@ -288,6 +290,11 @@ class ClientRound:
     whole = self.spec.whole_table
     shared_part = broadcast if whole else broadcast[:1]  # What the round averages.
     slots = 0 if whole else tf.shape(answer[1])[0]
+    places = None  # Each slot's place among the shard's keys, [n, K].
+    if not whole:
+      ids, real, shard_keys = (tf.reshape(answer[1], [-1]), tf.reshape(answer[2], [-1]),
+                               answer[3])
+      places = tf.reshape(_places(shard_keys, ids, self.num_rows), tf.shape(answer[1]))
     bag = None
     if self.bagged:
       bag = (bag_keys[0], _places(broadcast[1][0], bag_keys[0], self.bag_rows),
@@ -303,7 +310,7 @@ class ClientRound:
     def train_client(i, totals):
       """Client i trained from the round's model, its result added."""
       tower, rows, keys, is_real, bag_keys = self.start(
-          broadcast, self.shard_answer(broadcast, worker_bag, answer, bag, i))
+          broadcast, self.shard_answer(broadcast, worker_bag, answer, places, bag, i))
 
       def step(index, state):
         batch = self.localized(client_data.shard_batch(shard, index), bag_keys)
@@ -324,9 +331,7 @@ class ClientRound:
     if whole:
       return shared, loss_total, examples, table_total
     deltas = row_ta.stack()  # [n, K, D], weighted (`_add`).
-    ids, real = tf.reshape(answer[1], [-1]), tf.reshape(answer[2], [-1])
-    shard_keys = answer[3]
-    places = _places(shard_keys, ids, self.num_rows)
+    places = tf.reshape(places, [-1])
     result = (shared, loss_total, examples,
               (self._sums_per_row(tf.reshape(deltas, [-1, self.dim]), ids, places,
                                   shard_keys, self.num_rows, real),
