@@ -159,10 +159,9 @@ def build_client_keys(spec, data_type):
 def _places(call_keys: tf.Tensor, keys: tf.Tensor, table_rows: int) -> tf.Tensor:
   """Each of `keys`' place among the distinct `call_keys` (a call's bag rows,
   a shard's class rows), looked up in an array of the table's rows: binary
-  searches (`tf.searchsorted`) of each FedSS shard's 127,500 class keys
-  among its call's 212,000 rows (a layout since dropped) took the three
-  workers ~0.8 CPU s a round more in all at Amazon-670K's shape, 4,000
-  clients (perf's samples, one run each)."""
+  searches (`tf.searchsorted`) took the three workers ~0.8 CPU s a round
+  more in all at Amazon-670K's shape, 4,000 clients (FedSS's 127,500 class
+  keys a shard among 212,000 rows; perf's samples, one run each)."""
   place = tf.scatter_nd(call_keys[:, None], tf.range(tf.size(call_keys)), [table_rows])
   return tf.gather(place, keys)
 
