@@ -27,39 +27,46 @@ pytestmark = pytest.mark.xdist_group("sub_model_calls")
 NO_WORKER = object()  # A context that cannot hold values: the arrays themselves.
 
 
-def test_a_workers_bag_rows_go_once_and_each_call_names_its_own():
+def test_a_workers_class_and_bag_rows_go_once_and_each_shard_and_call_names_its_own():
   """Three shards, a call each, over two workers: worker 0's calls (0 and 2)
-  share one set of bag rows, the union of what they read, made once; each
-  call names its bag rows among them, in order, and their keys; each shard's
-  answer holds the class rows of its distinct keys, each once, its clients'
+  share one set of bag rows and one of class rows, the union of what their
+  shards read, each made once; each call names its bag rows among the
+  worker's, in order, and their keys; each shard's answer says where its
+  distinct class keys are among the worker's class rows, with its clients'
   keys and is_real, and those distinct keys, among which each client finds
   its rows."""
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
-  state = {"tower": [bag], "table": np.arange(12, dtype=np.float32).reshape(6, 2)}
+  table = np.arange(12, dtype=np.float32).reshape(6, 2)
   shard_keys = [  # (class keys [n, K], is_real [n, K], the shard's distinct bag rows).
       (np.array([[0, 5], [2, 2]]), np.array([[True, True], [True, False]]),
        np.array([1, 4, 7, 9])),
       (np.array([[3, 0]]), np.array([[True, True]]), np.array([1, 7, 8])),
-      (np.array([[5, 5]]), np.array([[True, False]]), np.array([2, 4]))]
-  bags = sub_model_answers.RoundBags(bag, [k[2] for k in shard_keys],
-                                     [(0, 1), (1, 2), (2, 3)], 2, None)
-  first = bags.of_call(0, NO_WORKER)
+      (np.array([[5, 4]]), np.array([[True, False]]), np.array([2, 4]))]
+  calls = [(0, 1), (1, 2), (2, 3)]
+  bags = sub_model_answers.RoundRows(bag, [k[2] for k in shard_keys], calls, 2, None)
+  class_rows = sub_model_answers.RoundRows(table, [k[0] for k in shard_keys], calls, 2,
+                                           None)
+  first, first_rows = bags.of_call(0, NO_WORKER), class_rows.of_call(0, NO_WORKER)
   assert bags.of_call(2, NO_WORKER) is first
+  assert class_rows.of_call(2, NO_WORKER) is first_rows
   np.testing.assert_array_equal(first.keys, [1, 2, 4, 7, 9])  # Shards 0 and 2.
   np.testing.assert_array_equal(first.rows, bag[[1, 2, 4, 7, 9]])
+  np.testing.assert_array_equal(first_rows.keys, [0, 2, 4, 5])
+  np.testing.assert_array_equal(first_rows.rows, table[[0, 2, 4, 5]])
   np.testing.assert_array_equal(bags.of_call(1, NO_WORKER).keys, [1, 7, 8])
-  answers, call_bag = sub_model_answers.shard_answers(state, shard_keys[::2], first)
+  np.testing.assert_array_equal(class_rows.of_call(1, NO_WORKER).keys, [0, 3])
+  answers, call_bag = sub_model_answers.shard_answers(shard_keys[::2], first_rows, first)
   np.testing.assert_array_equal(call_bag.keys, [1, 2, 4, 7, 9])
   np.testing.assert_array_equal(first.rows[call_bag.in_worker], bag[[1, 2, 4, 7, 9]])
-  for answer, keys, rows in zip(answers, shard_keys[::2], ([0, 2, 5], [5])):
-    assert len(answer) == 4  # Class rows, keys, is_real, distinct rows: no bag.
-    np.testing.assert_array_equal(answer[0], state["table"][rows])
+  for answer, keys, rows in zip(answers, shard_keys[::2], ([0, 2, 5], [4, 5])):
+    assert len(answer) == 4  # Places, keys, is_real, distinct rows: no bag.
+    np.testing.assert_array_equal(first_rows.rows[answer[0]], table[rows])
     np.testing.assert_array_equal(answer[1], keys[0])
     np.testing.assert_array_equal(answer[2], keys[1])
     np.testing.assert_array_equal(answer[3], rows)
     places = np.searchsorted(answer[3], keys[0])  # Each client's rows by its keys.
-    np.testing.assert_array_equal(answer[0][places], state["table"][keys[0]])
-  assert sub_model_answers.shard_answers(state, shard_keys[1:2])[1] is None
+    np.testing.assert_array_equal(first_rows.rows[answer[0][places]], table[keys[0]])
+  assert sub_model_answers.shard_answers(shard_keys[1:2], first_rows)[1] is None
 
 
 class _Context:
@@ -76,7 +83,7 @@ def test_every_workers_bag_is_made_at_once_in_the_context_its_calls_run_in(monke
                           (context.name, clients)) or value)
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   calls = [(0, 1), (1, 2), (2, 3), (3, 5)]  # The last call has two TFF clients.
-  bags = sub_model_answers.RoundBags(bag, [np.array([i]) for i in range(5)], calls, 2,
+  bags = sub_model_answers.RoundRows(bag, [np.array([i]) for i in range(5)], calls, 2,
                                      None)
   bags.make_all([_Context("first"), _Context("second")])
   # Worker 0: calls 0 and 2 (one client each); worker 1: call 1, and call 3 of

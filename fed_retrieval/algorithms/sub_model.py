@@ -49,7 +49,7 @@ clients reads 95% of the bag, so sending them once a call instead of once a
 shard took the process tree from 7.1 to 4.4-4.9 GB and the driver's CPU a
 round from 21-22 s to 16-19 s (the worker's rose 10 -> 12-14 s: summing the
 call's bag deltas in TFF). Now the bag rows a worker's calls read go to it
-once a round (`sub_model_answers.RoundBags`, a value the worker holds:
+once a round (`sub_model_answers.RoundRows`, a value the worker holds:
 `worker_values`), and a call sends only which of them it reads: on one
 worker the round took 16.2 s instead of 18.8-19.0 and the driver 3.5 CPU s
 instead of 4.2-5.4 (the index on 2 shards); on three workers 15.2 s instead
@@ -474,17 +474,21 @@ class SubModelProcess:
         sums.clear()
     work = _RoundSums([], 0.0, 0.0, rows=self._row_sums, bag=self._bag_sums)
     parts = []
-    bags = (sub_model_answers.RoundBags(
-        np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls,
-        max(len(contexts), 1), self._round.worker_bag_type)
-            if spec.sharded and self._bagged else None)
-
-    if bags is not None:  # In turn, before the calls' threads start.
-      bags.make_all(contexts)
+    workers = max(len(contexts), 1)
+    class_rows = (sub_model_answers.RoundRows(
+        state["table"], [np.asarray(k[0]) for k in keys], calls, workers,
+        self._round.worker_rows_type) if spec.sharded else None)
+    bags = (sub_model_answers.RoundRows(
+        np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls, workers,
+        self._round.worker_bag_type) if spec.sharded and self._bagged else None)
+    for round_rows in class_rows, bags:  # In turn, before the calls' threads start.
+      if round_rows is not None:
+        round_rows.make_all(contexts)
 
     def run(context, i):
       start, end = calls[i]
       return self._call(context, state, dense, keys[start:end], sent[i][0],
+                        class_rows.of_call(i, context) if class_rows else None,
                         bags.of_call(i, context) if bags else None, sent[i][2])
 
     for mean, loss_sum, count, rows, bag in _in_waves(contexts, len(calls), run):
@@ -515,21 +519,23 @@ class SubModelProcess:
     return data, list(worker_values.invoke(context, self.client_keys, seed, data)), None
 
   def _call(self, context, state, dense, keys, client_data_,
-            worker_bag: Optional[sub_model_answers.WorkerBag], bag_keys=None):
+            worker_rows: Optional[sub_model_answers.WorkerRows],
+            worker_bag: Optional[sub_model_answers.WorkerRows], bag_keys=None):
     """One TFF call, in `context` (None: the default), of the round's clients
     whose keys (per TFF client: a client or a shard) are `keys` and data
-    `client_data_` (the call's value in its worker, `_sent`), sharded with
-    a bag reading the rows of `worker_bag` by its clients' `bag_keys` (in
-    the worker, `_sent`): (the mean (DP: sum) of the broadcast's deltas, loss
+    `client_data_` (the call's value in its worker, `_sent`), sharded reading
+    its class rows from `worker_rows` and with a bag the rows of `worker_bag`
+    by its clients' `bag_keys` (in the worker, `_sent`), both held by its
+    worker: (the mean (DP: sum) of the broadcast's deltas, loss
     sum, examples, the class rows' and the bag's uploads, each a list of
     `RowParts` (a shard's class rows a part) or None if not trained)."""
     spec = self._spec
     if spec.sharded:
-      answers, call_bag = sub_model_answers.shard_answers(state, keys, worker_bag)
+      answers, call_bag = sub_model_answers.shard_answers(keys, worker_rows, worker_bag)
       outputs = worker_values.invoke(
           context, self.client_round,
           (dense,) + (() if call_bag is None else ((call_bag.keys, call_bag.in_worker),)),
-          *(() if call_bag is None else (worker_bag.rows,)), answers,
+          worker_rows.rows, *(() if call_bag is None else (worker_bag.rows,)), answers,
           *(() if call_bag is None else (bag_keys,)), client_data_)
       mean, loss_sum, count = outputs[:3]
       # The weights' sum, the call's examples, goes with its first part.

@@ -1,7 +1,7 @@
 """The server's answers in a sub-model round: each client's rows of the class
-table (and of the embedding bag), or a shard's clients' answers as one (with
-the bag rows a worker's calls read sent to it once a round), and what
-clients upload as per-row parts for `sub_model.RowSums`.
+table (and of the embedding bag), or a shard's clients' answers as one (the
+class and bag rows a worker's calls read sent to it once a round, each
+once), and what clients upload as per-row parts for `sub_model.RowSums`.
 O(rows touched) per client, in NumPy: the TFF worker only ever holds the
 clients' sub-models."""
 
@@ -44,12 +44,12 @@ def answers(state, keys, bagged: bool) -> List[tuple]:
   return result
 
 
-class WorkerBag(NamedTuple):
-  """The bag rows some calls of a round on one worker read, each once, sent
-  to the worker once: their sorted `keys` [U], `lookup` (for each row of the
-  bag, its position among the keys: meaningful for the keys only) and the
-  `rows` [U, D] as a call passes them (`worker_values.created`: in the
-  worker)."""
+class WorkerRows(NamedTuple):
+  """The rows of a table (the class table, the bag) that some calls of a
+  round on one worker read, each once, sent to the worker once: their sorted
+  `keys` [U], `lookup` (for each row of the table, its position among the
+  keys: meaningful for the keys only) and the `rows` [U, D] as a call passes
+  them (`worker_values.created`: in the worker)."""
   keys: np.ndarray
   lookup: np.ndarray
   rows: Any
@@ -57,37 +57,39 @@ class WorkerBag(NamedTuple):
 
 class CallBag(NamedTuple):
   """What a call sends of the bag: the distinct rows its shards' clients read
-  as their sorted `keys` and their places among its `WorkerBag`'s rows
+  as their sorted `keys` and their places among its worker's bag rows
   (`in_worker`). Each client finds its rows among the keys in the worker,
   by its own bag keys (`sub_model_clients.build_client_keys`)."""
   keys: np.ndarray
   in_worker: np.ndarray
 
 
-class RoundBags:
-  """The bag rows of a round's calls, sent to each worker once a round, not
-  once a call: the calls of 500 clients at Amazon-670K's shape each read 95%
-  of the bag. Call i of `calls` (a range of TFF clients) goes to worker i mod
+class RoundRows:
+  """The rows of a table (the class table, the bag) that a round's calls
+  read, sent to each worker once a round, not once a call or shard: the
+  calls of 500 clients at Amazon-670K's shape each read 95% of the bag, and
+  a worker's shards of FedSS clients read the same class rows again and
+  again. Call i of `calls` (a range of TFF clients) goes to worker i mod
   `workers` (`sub_model._in_waves`); a worker's calls of one client count
   (a worker keeps an executor per count, `worker_values`) share a
-  `WorkerBag`, built and created in the worker when the first of them asks
+  `WorkerRows`, built and created in the worker when the first of them asks
   (`of_call`), or for every group at once (`make_all`)."""
 
-  def __init__(self, bag: np.ndarray, bag_keys: Sequence[np.ndarray],
+  def __init__(self, table: np.ndarray, keys: Sequence[np.ndarray],
                calls: Sequence[Tuple[int, int]], workers: int, type_spec):
-    """`bag_keys`: the bag rows each TFF client of the round reads (a
-    shard's distinct ones)."""
-    self._bag, self._bag_keys, self._calls = bag, bag_keys, calls
+    """`keys`: the rows of `table` each TFF client of the round reads (any
+    shape, repeats allowed)."""
+    self._table, self._keys, self._calls = table, keys, calls
     self._workers, self._type_spec = workers, type_spec
-    # (worker, clients) -> its bag; a group's calls run on one worker in turn.
-    self._made: Dict[Tuple[int, int], WorkerBag] = {}
+    # (worker, clients) -> its rows; a group's calls run on one worker in turn.
+    self._made: Dict[Tuple[int, int], WorkerRows] = {}
 
   def _group(self, call: int) -> Tuple[int, int]:
     start, end = self._calls[call]
     return call % self._workers, end - start
 
   def make_all(self, contexts: Sequence[Any]) -> None:
-    """Every group's `WorkerBag` made now, one after another, each in the
+    """Every group's `WorkerRows` made now, one after another, each in the
     context its calls run in (call i in contexts[i mod their number]; none:
     the default). Made by three call threads at once they took 0.38 CPU s
     a round, in turn 0.07 (4,000 clients, 3 workers; one-off, by thread
@@ -95,39 +97,43 @@ class RoundBags:
     for call in range(len(self._calls)):
       self.of_call(call, contexts[self._group(call)[0]] if contexts else None)
 
-  def of_call(self, call: int, context) -> WorkerBag:
-    """The `WorkerBag` of call `call`, run in `context` (None: the default)."""
+  def of_call(self, call: int, context) -> WorkerRows:
+    """The `WorkerRows` of call `call`, run in `context` (None: the default)."""
     group = self._group(call)
     if group not in self._made:
       members = [i for i in range(len(self._calls)) if self._group(i) == group]
       keys, lookup = row_ids.distinct_and_lookup(np.concatenate(
-          [self._bag_keys[t] for i in members for t in range(*self._calls[i])]),
-          len(self._bag))
-      rows = worker_values.created(context, self._bag[keys], self._type_spec, group[1])
-      self._made[group] = WorkerBag(keys.astype(np.int32), lookup, rows)
+          [np.ravel(self._keys[t]) for i in members for t in range(*self._calls[i])]),
+          len(self._table))
+      rows = worker_values.created(context, self._table[keys], self._type_spec, group[1])
+      self._made[group] = WorkerRows(keys.astype(np.int32), lookup, rows)
     return self._made[group]
 
 
-def shard_answers(state, shard_keys, worker_bag: Optional[WorkerBag] = None
+def shard_answers(shard_keys, worker_rows: WorkerRows,
+                  worker_bag: Optional[WorkerRows] = None
                   ) -> Tuple[List[tuple], Optional[CallBag]]:
-  """Each shard's answer from its keys (`build_client_keys`): the class rows
-  of its distinct keys [U, D], its clients' keys and is_real [n, K], and its
-  distinct keys [U] (sorted: each client gathers its rows by its keys' places
-  among them, and its row sums come back on them); with a bag (`worker_bag`,
-  the rows its worker holds; a shard's keys then end with its distinct bag
-  rows), also the call's `CallBag`. Each row once a shard: at Amazon-670K's
-  shape, FedSS's 250 clients of 510 rows read 116,000 distinct ones, 9%
-  fewer bytes than a row a client's key."""
+  """Each shard's answer from its keys (`build_client_keys`): the places of
+  its distinct keys among its worker's class rows (`worker_rows`) [U], its
+  clients' keys and is_real [n, K], and its distinct keys [U] (sorted: each
+  client gathers its rows by its keys' places among them, and its row sums
+  come back on them); with a bag (`worker_bag`, the bag rows its worker
+  holds; a shard's keys then end with its distinct bag rows), also the
+  call's `CallBag`. A class row goes to a worker once a round: at
+  Amazon-670K's shape, FedSS's 16 shards of 250 clients of 510 rows read
+  116,000 distinct ones each, 1.86M in all, and 638,000 distinct among
+  them."""
   call_bag = None
   if worker_bag is not None:
     distinct = row_ids.distinct(np.concatenate([np.asarray(k[2]) for k in shard_keys]),
                                 len(worker_bag.lookup))
     call_bag = CallBag(distinct.astype(np.int32), worker_bag.lookup[distinct])
-  table, answers = state["table"], []
+  answers = []
   for keys in shard_keys:
     class_keys = np.asarray(keys[0])
-    distinct = row_ids.distinct(class_keys.reshape(-1), len(table)).astype(np.int32)
-    answers.append((table[distinct], class_keys, np.asarray(keys[1]), distinct))
+    distinct = row_ids.distinct(class_keys.reshape(-1), len(worker_rows.lookup))
+    answers.append((worker_rows.lookup[distinct].astype(np.int32), class_keys,
+                    np.asarray(keys[1]), distinct.astype(np.int32)))
   return answers, call_bag
 
 

@@ -11,10 +11,11 @@ average (`sub_model.RowSums`). Sharded, the deltas come back summed per
 row: a shard's class rows' on its distinct rows, with how many clients held
 each, and a call's bag's over its shards in TFF on the call's bag rows (or
 either as one array of the table's shape when those rows are most of it,
-`DENSE_SHARE`); the bag rows a worker's calls read are a value it holds for
-the round (`sub_model_answers.RoundBags`), and a call broadcasts which of
-them its shards read, each shard gathering its clients' rows by the bag
-keys its keys' computation left in the worker. With the whole table, the
+`DENSE_SHARE`); the class rows and the bag rows a worker's calls read are
+values it holds for the round (`sub_model_answers.RoundRows`): a shard's
+answer says where its distinct class rows are among the worker's, and a
+call broadcasts which bag rows its shards read, each shard gathering its
+clients' rows by the bag keys its keys' computation left in the worker. With the whole table, the
 table is broadcast and averaged as the tower is. A shard's
 loops are `tf.while_loop`s with autograph off (as in `client_shards`):
 converting them and all they call was 5.3 of the 7.6 s a small XC run spent
@@ -182,9 +183,11 @@ class ClientRound:
     # Amazon-670K's shape, one worker's page faults a round went from
     # 419-444k to 273-274k and its CPU from 8.25-8.27 to 7.23-7.61 s (two
     # runs each way, alternated, 3 timed rounds; one-off, same weights).
+    # The worker's class rows, sharded, are held alike.
     self.call_bag = self.bagged and spec.sharded
-    self.worker_bag_type = tff.FederatedType(tensor_type([None, bag_dim]), tff.CLIENTS,
-                                             all_equal=True)
+    self.worker_rows_type, self.worker_bag_type = (
+        tff.FederatedType(tensor_type([None, d]), tff.CLIENTS, all_equal=True)
+        for d in (dim, bag_dim))
     dense_type = tff.StructWithPythonType([tensor_type(s) for s in dense_shapes], list)
     if spec.whole_table:
       self.broadcast_type = tff.StructWithPythonType(
@@ -193,10 +196,11 @@ class ClientRound:
       return
     call_bag_type = tff.StructWithPythonType(  # (keys, in_worker): `CallBag`.
         (tensor_type([None], np.int32), tensor_type([None], np.int32)), tuple)
-    if spec.sharded:  # A shard's distinct rows, its clients' keys and is_real, its keys.
+    if spec.sharded:  # Its distinct keys' places in the worker's rows, its
+      # clients' keys and is_real, its distinct keys.
       self.broadcast_type = tff.StructWithPythonType(
           (dense_type,) + ((call_bag_type,) if self.bagged else ()), tuple)
-      answer = (tensor_type([None, dim]),
+      answer = (tensor_type([None], np.int32),
                 tensor_type([None, spec.num_keys], np.int32),
                 tensor_type([None, spec.num_keys], np.bool_), tensor_type([None], np.int32))
     else:  # A client's rows, keys and is_real, with a bag its bag rows and keys.
@@ -257,16 +261,18 @@ class ClientRound:
     return self.result(tower, rows, *local_training(self.spec, tower, rows, keys,
                                                      is_real, dataset))
 
-  def shard_answer(self, broadcast, worker_bag, answer, places, bag, i):
+  def shard_answer(self, broadcast, worker_rows, worker_bag, answer, places, bag, i):
     """Client i's answer from its shard's (`sub_model_answers.shard_answers`):
-    its class rows gathered from the shard's by their `places` [n, K] among
-    the shard's keys, and its bag rows from the worker's by the call's;
+    its class rows gathered from the worker's, `worker_rows`, by their
+    `places` [n, K] among the shard's keys, and its bag rows from the
+    worker's by the call's;
     `bag`: (the shard's clients' bag keys and their places among the call's
     rows, one client after another, each client's count of them, where each
     one's end)."""
     if self.spec.whole_table:
       return None
-    picked = (tf.gather(answer[0], places[i]), answer[1][i], answer[2][i])
+    picked = (tf.gather(worker_rows, tf.gather(answer[0], places[i])), answer[1][i],
+              answer[2][i])
     if self.bagged:
       keys, positions, counts, ends = bag
       mine = slice(ends[i] - counts[i], ends[i])
@@ -274,9 +280,11 @@ class ClientRound:
                  keys[mine])
     return picked
 
-  def train_shard(self, broadcast, answer, shard, worker_bag=None, bag_keys=None):
+  def train_shard(self, broadcast, answer, shard, worker_rows=None, worker_bag=None,
+                  bag_keys=None):
     """Each of the `shard`'s clients (`client_data.Shard`) trained in turn
-    from the round's model, in one pass over its batches (as `client_shards`
+    from the round's model (their class rows read from `worker_rows`, the
+    class rows its worker holds), in one pass over its batches (as `client_shards`
     does): the shared deltas' mean over them as the round weighs them (the
     tower by examples; the whole table by examples or per client), the loss
     sum and examples; with the whole table, the table mean's weight; else
@@ -309,7 +317,8 @@ class ClientRound:
     def train_client(i, totals):
       """Client i trained from the round's model, its result added."""
       tower, rows, keys, is_real, bag_keys = self.start(
-          broadcast, self.shard_answer(broadcast, worker_bag, answer, places, bag, i))
+          broadcast, self.shard_answer(broadcast, worker_rows, worker_bag, answer, places,
+                                       bag, i))
 
       def step(index, state):
         batch = self.localized(client_data.shard_batch(shard, index), bag_keys)
@@ -398,8 +407,9 @@ class ClientRound:
   def build(self, data_type) -> Any:
     """TFF: (broadcast @SERVER, [answers @CLIENTS,] data @CLIENTS) -> (mean
     dense delta (DP: sum), loss sum, examples @SERVER[, uploads @CLIENTS]);
-    sharded, one struct: (broadcast @SERVER, [the worker's bag rows @CLIENTS
-    all equal,] answers @CLIENTS, [bag keys @CLIENTS,] data @CLIENTS) ->
+    sharded, one struct: (broadcast @SERVER, the worker's class rows [and bag
+    rows] @CLIENTS all equal, answers @CLIENTS, [bag keys @CLIENTS,] data
+    @CLIENTS) ->
     (mean dense delta, loss sum, examples @SERVER, each shard's class row
     sums and holders @CLIENTS[, the call's bag sums @SERVER])."""
     private = self.spec.dp is not None  # Clipped deltas: summed, noised on the server.
@@ -439,17 +449,18 @@ class ClientRound:
       return mean, tff.federated_sum(loss_sum), tff.federated_sum(count)
 
     if self.spec.sharded:  # (No DP.)
-      at_clients = ([self.worker_bag_type, answers_at_clients, self.bag_keys_type]
-                    if self.bagged else [answers_at_clients]) + [data_at_clients]
+      at_clients = [self.worker_rows_type] + (
+          [self.worker_bag_type, answers_at_clients, self.bag_keys_type]
+          if self.bagged else [answers_at_clients]) + [data_at_clients]
 
       @tff.tensorflow.computation(tff.StructWithPythonType(
           [self.broadcast_type] + [t.member for t in at_clients], tuple))
       def shard_update(args):
         if self.bagged:
-          broadcast, worker_bag, answer, bag_keys, data = args
-          return train(broadcast, answer, data, worker_bag, bag_keys)
-        broadcast, answer, data = args
-        return train(broadcast, answer, data)
+          broadcast, worker_rows, worker_bag, answer, bag_keys, data = args
+          return train(broadcast, answer, data, worker_rows, worker_bag, bag_keys)
+        broadcast, worker_rows, answer, data = args
+        return train(broadcast, answer, data, worker_rows)
 
       @tff.federated_computation(tff.StructWithPythonType(
           [broadcast_at_server] + at_clients, tuple))
