@@ -49,8 +49,9 @@ clients reads 95% of the bag, so sending them once a call instead of once a
 shard took the process tree from 7.1 to 4.4-4.9 GB and the driver's CPU a
 round from 21-22 s to 16-19 s (the worker's rose 10 -> 12-14 s: summing the
 call's bag deltas in TFF). Now the bag rows a worker's calls read go to it
-once a round (`sub_model_answers.RoundRows`, a value the worker holds:
-`worker_values`), and a call sends only which of them it reads: on one
+once a round, as its shards' class rows do (`sub_model_answers.RoundRows`,
+values the worker holds: `worker_values`), and a call sends only which of
+them it reads: on one
 worker the round took 16.2 s instead of 18.8-19.0 and the driver 3.5 CPU s
 instead of 4.2-5.4 (the index on 2 shards); on three workers 15.2 s instead
 of 19.0, the busiest worker 4.8 CPU s instead of 5.5 and the process tree
