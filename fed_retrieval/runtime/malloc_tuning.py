@@ -27,7 +27,7 @@ CPU seconds alike (side by side, one run each), and FedAwS's default
 benchmark round (100 clients, 10k classes) 0.126-0.133 -> 0.123-0.125 s.
 
 The driving process also maps no allocation of its own (`M_MMAP_MAX` 0 in
-`DRIVER_SETTINGS`). 32 MB is glibc's largest mmap threshold, and at
+`DRIVER_SETTINGS`), and its threads share one arena (`M_ARENA_MAX` 1). 32 MB is glibc's largest mmap threshold, and at
 Amazon-670K's shape each call's bag sums arrive as a 35 MB response and the
 171 MB table is copied each round: each was mapped afresh and faulted in, a
 quarter of the driver's CPU (perf). From the heap, the driver took 0.84-0.90
@@ -41,6 +41,21 @@ with every process's from the heap (the settings and `MALLOC_MMAP_MAX_=0`
 as environment variables), three workers beside three shards at that shape took 8.1-8.6
 CPU s a round together against 8.0-8.1 and the tree peaked at 7.5-7.6 GB
 against 7.0-7.1 (two runs each, alternated).
+
+One arena: with a second one, which the calls' threads shared, 15% of the
+driver's samples on three workers were the kernel's clearing and faulting
+in of fresh pages, against 1% on one worker, where the main thread runs the
+calls (perf, FedSS at Amazon-670K's shape, 4,000 clients, the calls in
+turn); most likely an arena other than the main one, whose memory comes
+in heaps of at most 64 MB mapped as needed and unmapped once free (glibc
+2.36), took the calls' 30-35 MB answers in fresh pages. With one arena
+those samples were gone, and the driver took 1.48-1.58 CPU s a round on
+three workers instead of 1.83-2.13 (`benchmark_round_cost
+--local_workers=1,3 --one_call_at_a_time`, two runs each, alternated;
+on one worker 1.28-1.30 against 1.61-1.64, though perf's samples there
+were alike), the tree alike, and FedAwS beside 3 shards on three workers
+alike (1.09 against 1.10 CPU s, one run each); the driver's threads
+spend their time waiting on the workers, not in malloc.
 
 The driving process is tuned with `mallopt` while it has one thread: a
 program that drives TFF rounds first thing (`scripts.cli`), any other when
@@ -84,8 +99,9 @@ SETTINGS = {  # name: (mallopt parameter, value); the driver's and the workers'.
     "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, 256 * 1024 * 1024),
     "MALLOC_TOP_PAD_": (_M_TOP_PAD, 256 * 1024 * 1024),
 }
-# The driver's: the workers' and, its alone, no allocation mapped.
-DRIVER_SETTINGS = {**SETTINGS, "MALLOC_MMAP_MAX_": (_M_MMAP_MAX, 0)}
+# The driver's: the workers', but no allocation mapped and one arena.
+DRIVER_SETTINGS = {**SETTINGS, "MALLOC_MMAP_MAX_": (_M_MMAP_MAX, 0),
+                   "MALLOC_ARENA_MAX": (_M_ARENA_MAX, 1)}
 
 _tuned = False
 
