@@ -72,8 +72,9 @@ class RoundRows:
   clients a round: 590 MB sent to one worker with each shard's distinct
   rows, 285 MB with the worker's; 243, 243 and 174 MB to three, 184, 184
   and 148; the tree 4.3 -> 4.0-4.1 GB and 6.8-7.4 -> 6.4-6.6, the weights
-  the same to the bit; side by side, two runs each). Call i of `calls` (a range of TFF clients) goes to worker i mod
-  `workers` (`sub_model._in_waves`); a worker's calls of one client count
+  the same to the bit; side by side, two runs each). Call i of `calls` (a
+  range of TFF clients) goes to worker i mod `workers`
+  (`sub_model._in_waves`); a worker's calls of one client count
   (a worker keeps an executor per count, `worker_values`) share a
   `WorkerRows`, built and created in the worker when the first of them asks
   (`of_call`), or for every group at once (`make_all`)."""

@@ -27,9 +27,10 @@ CPU seconds alike (side by side, one run each), and FedAwS's default
 benchmark round (100 clients, 10k classes) 0.126-0.133 -> 0.123-0.125 s.
 
 The driving process also maps no allocation of its own (`M_MMAP_MAX` 0 in
-`DRIVER_SETTINGS`), and its threads share one arena (`M_ARENA_MAX` 1). 32 MB is glibc's largest mmap threshold, and at
-Amazon-670K's shape each call's bag sums arrive as a 35 MB response and the
-171 MB table is copied each round: each was mapped afresh and faulted in, a
+`DRIVER_SETTINGS`), and its threads share one arena (`M_ARENA_MAX` 1,
+below). 32 MB is glibc's largest mmap threshold, and at Amazon-670K's
+shape each call's bag sums arrive as a 35 MB response and the 171 MB
+table is copied each round: each was mapped afresh and faulted in, a
 quarter of the driver's CPU (perf). From the heap, the driver took 0.84-0.90
 CPU s a round instead of 1.04-1.41 on 3 workers (4,000 clients, the index on
 3 shards; four alternated runs each; on one worker within the noise) and
