@@ -30,11 +30,12 @@ shard of clients, their batches one client after another (a
 step 1 returns each of the shard's clients' keys, computed from that
 client's own examples, and with a bag the distinct bag rows its clients read
 (each client's own bag keys stay in the worker for step 2,
-`worker_values.invoke_holding`); the server answers the shard as one (the
-class rows of its distinct keys, each once, its clients' keys, and which
-bag rows the call reads); step 2 trains the shard's clients one after
-another in one pass over its batches, each from the round's model with its
-own rows (gathered by its keys' places among the shard's), and
+`worker_values.invoke_holding`); the server answers the shard as one
+(where its distinct keys are among the class rows its worker holds for
+the round, its clients' keys, and which bag rows the call reads); step 2
+trains the shard's clients one after another in one pass over its
+batches, each from the round's model with its own rows (gathered from the
+worker's by its keys' places among the shard's), and
 returns their class-row deltas summed per row with how many clients held
 each (on the shard's distinct rows), their bag deltas summed over the
 call's shards in TFF (on the call's rows), each as an array of the table's
