@@ -6,9 +6,9 @@ label-space sizes.
 Prints one JSON object: seconds per round, `memory` (peak RSS of the process
 tree, the TFF worker included), bytes down and up per client and their share
 of the model; FedAwS adds how its spreadout found neighbours and their recall.
-Several --num_classes, --local_workers or --local_spreadout_shards run one
-after another, each in a child process of its own (its memory its own), and
-print {"runs": [...], "seconds_ratio_to_first": [...]}: side by side in one
+Several --num_classes, --local_workers, --local_spreadout_shards or
+--local_table_servers run one after another, each in a child process of its
+own (its memory its own), and print {"runs": [...], "seconds_ratio_to_first": [...]}: side by side in one
 sitting. With --sittings=N the configurations run in turn N times, so a
 machine's drift falls on each alike: the ratios are the median of the
 sittings' own (each sitting's seconds and ratios are printed; "runs" are the
@@ -18,7 +18,8 @@ default as many as the most workers of --local_workers.
 On several workers each run states the CPU seconds a round of the driver
 and of each worker (and the kernel's part of each worker's), and a digest
 of the weights (the same on any number of workers); with
---local_spreadout_shards, of each shard of FedAwS's index.
+--local_spreadout_shards, of each shard of FedAwS's index; with
+--local_table_servers (FedSS), of each server of the class table.
 With one worker and several among --local_workers, `busiest_worker_cpu_share`
 gives each several-worker run's busiest worker's CPU over the one worker's
 (the median over sittings; each sitting's too). Every run states its round
@@ -81,6 +82,11 @@ _SPREADOUT_SHARDS = flags.DEFINE_list(
     "scripts.spreadout_shard processes (what shards beside workers on as many "
     "machines do; their CPU stated); 0: in the driver; several counts: each in "
     "its own process.")
+_TABLE_SERVERS = flags.DEFINE_list(
+    "local_table_servers", ["0"],
+    "FedSS: the class table in this many local scripts.table_server processes, in "
+    "ranges (what servers beside workers on as many machines do; their CPU "
+    "stated); 0: in the driver; several counts: each in its own process.")
 _ONE_CALL_AT_A_TIME = flags.DEFINE_bool(
     "one_call_at_a_time", False,
     "Several local workers take their calls in turn, not at once: each one's CPU "
@@ -116,17 +122,18 @@ def _warmup_rounds() -> int:
   return rounds
 
 
-def _report(num_classes: int, workers: int, shards: int) -> dict:
+def _report(num_classes: int, workers: int, shards: int, table_servers: int) -> dict:
   """The report of one configuration, in this process."""
   return round_cost_benchmark.round_benchmark(
       num_classes, _ALGORITHM.value, _BAG.value, _NUM_NEGATIVES.value,
       _NUM_FEATURES.value, _CLIENTS.value, classes_per_client=_CLASSES_PER_CLIENT.value,
       repeats=_REPEATS.value, spreadout_search=_SPREADOUT_SEARCH.value, workers=workers,
       client_shards=_CLIENT_SHARDS.value, spreadout_shards=shards,
-      one_call_at_a_time=_ONE_CALL_AT_A_TIME.value, warmup_rounds=_warmup_rounds())
+      one_call_at_a_time=_ONE_CALL_AT_A_TIME.value, warmup_rounds=_warmup_rounds(),
+      table_servers=table_servers)
 
 
-def _in_child(num_classes: int, workers: int, shards: int) -> dict:
+def _in_child(num_classes: int, workers: int, shards: int, table_servers: int) -> dict:
   """The report of one configuration from a forked child that dies with this
   process: its memory its own, without a new interpreter's imports (this
   process has run no TensorFlow op, so the child starts as a clean one)."""
@@ -136,7 +143,7 @@ def _in_child(num_classes: int, workers: int, shards: int) -> dict:
     os.close(read_end)
     try:
       tff_runtime.die_with_parent()
-      answer = {"report": _report(num_classes, workers, shards)}
+      answer = {"report": _report(num_classes, workers, shards, table_servers)}
     except BaseException:  # pylint: disable=broad-except
       answer = {"error": traceback.format_exc()}
     with os.fdopen(write_end, "w") as pipe:
@@ -149,7 +156,8 @@ def _in_child(num_classes: int, workers: int, shards: int) -> dict:
   answer = json.loads(text) if text else {"error": "the child died without a report"}
   if "error" in answer:
     raise RuntimeError(f"the run at {num_classes} classes on {workers} workers and "
-                       f"{shards} spreadout shards failed: "
+                       f"{shards} spreadout shards and {table_servers} table servers "
+                       "failed: "
                        f"{answer['error'].strip()[-2000:]}")
   return answer["report"]
 
@@ -166,9 +174,10 @@ def _add_medians(report: dict, name: str, by_sitting: list) -> None:
 
 def main(argv) -> None:
   del argv
-  configurations = [(n, w, s) for n in _counts(_NUM_CLASSES, 2)
+  configurations = [(n, w, s, t) for n in _counts(_NUM_CLASSES, 2)
                     for w in _counts(_LOCAL_WORKERS, 1)
-                    for s in _counts(_SPREADOUT_SHARDS, 0)]
+                    for s in _counts(_SPREADOUT_SHARDS, 0)
+                    for t in _counts(_TABLE_SERVERS, 0)]
   if _SITTINGS.value < 1:
     raise ValueError(f"--sittings must be >= 1, got {_SITTINGS.value}")
   _warmup_rounds()  # Refused before any configuration runs.

@@ -41,13 +41,16 @@ from fed_retrieval.runtime import tff_runtime  # pylint: disable=g-import-not-at
 from fed_retrieval.training import progress  # pylint: disable=g-import-not-at-top
 from fed_retrieval.training import run_directory  # pylint: disable=g-import-not-at-top
 
-_REMOTE_FLAGS = ("workers", "spreadout_shards")  # Flags naming other machines.
+_REMOTE_FLAGS = ("workers", "spreadout_shards", "table_servers")  # Naming other machines.
+# The module each flag's servers run (a lost one's restart line).
+_SERVER_MODULES = {"spreadout_shards": "scripts.spreadout_shard",
+                   "table_servers": "scripts.table_server"}
 
 
 def _uses_the_host_network(args: Sequence[str]) -> bool:
-  """A program that trains on --workers (or --spreadout_shards) reaches them
-  over the host's network;
-  `scripts.worker` is reached over it. Every other program keeps to a private
+  """A program that trains on --workers (or --spreadout_shards,
+  --table_servers) reaches them over the host's network; `scripts.worker` is
+  reached over it. Every other program keeps to a private
   network namespace with only loopback (its local worker unreachable)."""
   return (_main_module() == "scripts.worker" or
           any(a == f"--{flag}" or (a.startswith(f"--{flag}=") and a != f"--{flag}=")
@@ -191,10 +194,15 @@ def run(main: Callable[[Sequence[str]], None],
         tff_runtime.refuse_untrusted("spreadout_shards", flags.FLAGS.spreadout_shards,
                                      flags.FLAGS.trusted_network)
         class_neighbours.use_remote_shards(flags.FLAGS.spreadout_shards)
+      if "table_servers" in flags.FLAGS and flags.FLAGS.table_servers:
+        tff_runtime.refuse_untrusted("table_servers", flags.FLAGS.table_servers,
+                                     flags.FLAGS.trusted_network)
+        from fed_retrieval.algorithms import served_table  # pylint: disable=g-import-not-at-top
+        served_table.use_table_servers(flags.FLAGS.table_servers)
       main(argv)
     except array_service.ServiceLost as e:  # Resumable: exit 3, as a lost worker.
       tff_runtime.exit_with(
-          f"error: {e}; start it again (python -m scripts.spreadout_shard "
+          f"error: {e}; start it again (python -m {_SERVER_MODULES[e.flag]} "
           f"--port={e.port}) and re-run the same command to resume from the last "
           "checkpoint")
     except (UserError, RatingsFormatError, ValueError, FileNotFoundError) as e:

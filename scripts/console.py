@@ -10,7 +10,8 @@ from typing import Callable
 
 # The scripts with a command each: fed-retrieval-<name with dashes>.
 SCRIPTS = ("compare", "train_federated", "train_centralized", "evaluate", "export",
-           "recommend", "prepare_movielens", "worker", "spreadout_shard", "benchmark",
+           "recommend", "prepare_movielens", "worker", "spreadout_shard", "table_server",
+           "benchmark",
            "benchmark_log",
            "benchmark_round_cost", "benchmark_spreadout", "benchmark_serving",
            "tfrs_reference")

@@ -14,9 +14,6 @@ code): keep the port on a private network or behind an SSH tunnel. One run
 uses a shard at a time. Ctrl-C or SIGTERM stops it.
 """
 
-import signal
-import sys
-
 from fed_retrieval.runtime import quiet_environment
 
 quiet_environment.apply()
@@ -32,28 +29,12 @@ _PORT = flags.DEFINE_integer("port", None, "The port the shard listens on.")
 flags.mark_flag_as_required("port")
 
 
-def _fail(message: str) -> None:
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(2)
-
-
 def main(argv) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {' '.join(argv[1:])}")
-  if not 0 < _PORT.value < 65536:
-    _fail(f"--port must lie in 1..65535, got {_PORT.value}")
-  signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
   logging.set_verbosity(logging.WARNING)  # Not faiss's loading notes.
-  try:
-    array_service.serve(_PORT.value, class_neighbours.ListShard(), class_neighbours.SERVED,
-                        ready=lambda: print(
-                            f"spreadout index shard listening on port {_PORT.value}, "
-                            "every interface; stop it with Ctrl-C or SIGTERM",
-                            file=sys.stderr, flush=True))
-  except OSError as e:
-    _fail(f"--port={_PORT.value}: {e.strerror or e}; is the port in use?")
-  except KeyboardInterrupt:
-    pass
+  array_service.serve_until_stopped(_PORT.value, class_neighbours.ListShard(),
+                                    class_neighbours.SERVED, "spreadout index shard")
 
 
 if __name__ == "__main__":

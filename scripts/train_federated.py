@@ -46,4 +46,4 @@ def main(argv) -> None:
 
 if __name__ == "__main__":
   cli.run(main, help_groups=[*registry.help_groups(),
-                               *federated_flags.ALL_FLAGS])
+                               *federated_flags.ONE_RUN_FLAGS])

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from fed_retrieval.algorithms import fedss
-from fed_retrieval.algorithms import sub_model
+from fed_retrieval.algorithms import row_sums
 from fed_retrieval.algorithms import sub_model_answers
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import dual_encoder
@@ -120,7 +120,7 @@ def test_sparse_row_aggregation_matches_numpy():
   keys, deltas, real = zip(*updates)
 
   def applied(row_mean, weights):
-    sums = sub_model.RowSums(len(table), 3, row_mean)
+    sums = row_sums.RowSums(len(table), 3, row_mean)
     sums.add(sub_model_answers.client_parts(
         [np.array(k) for k in keys], deltas, [np.array(r) for r in real], weights,
         scaled=row_mean == "clients"))

@@ -162,7 +162,7 @@ def test_one_and_two_workers_in_sittings_give_the_busiest_workers_median_share()
       round(float(np.median(column)), 3) for column in zip(*driver_shares)]
   assert two["modelled_round"] == round_cost_benchmark.modelled_round(
       two["cpu_seconds_per_round"])
-  assert 0 < two["modelled_round"]["driver_share"] < 1
+  assert 0 <= two["modelled_round"]["driver_share"] < 1
   # One call a round, run on the first worker: the second moves nothing.
   wire = two["wire_bytes_per_round"]
   assert wire["to_workers"][1] == wire["from_workers"][1] == 0

@@ -18,10 +18,9 @@ from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.runtime import array_service
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.runtime import wire_bytes
-from tests.script_runs import results_of
 from tests.script_runs import run_module
-from tests.script_runs import start_module
-from tests.script_runs import wait_for_round
+from tests.server_runs import check_a_lost_server_resumes
+from tests.server_runs import check_a_silent_server_is_one_line
 from tests.spreadout_reference import clustered_table
 
 
@@ -209,54 +208,14 @@ QUICK_FEDAWS = ["--task=xc", "--synthetic_xc=xc_tiny", "--algorithm=fedaws",
                 "--patience=0"]
 
 
-def _start_shards(*ports):
-  shards = [start_module("scripts.spreadout_shard", f"--port={port}") for port in ports]
-  for shard, port in zip(shards, ports):
-    array_service.await_answer(f"localhost:{port}", shard)
-  return shards
-
-
 @pytest.mark.runs_long
 def test_a_run_on_shards_is_the_run_here_and_a_lost_shard_resumes_identically(tmp_path):
-  here = run_module("scripts.train_federated", *QUICK_FEDAWS,
-                    f"--output_dir={tmp_path}/here")
-  assert here.returncode == 0, here.stderr[-3000:]
-  ports = [portpicker.pick_unused_port() for _ in range(2)]
-  shards = _start_shards(*ports)
-  addresses = "--spreadout_shards=" + ",".join(f"localhost:{p}" for p in ports)
-  run = start_module("scripts.train_federated", *QUICK_FEDAWS, addresses,
-                     f"--output_dir={tmp_path}/shards")
-  wait_for_round(str(tmp_path / "shards"), 3)
-  shards[1].kill()
-  lost_at = time.monotonic()
-  assert run.wait(timeout=60) == 3
-  assert time.monotonic() - lost_at < 15
-  assert run.stderr.read().strip().splitlines()[-1] == (
-      f"error: the spreadout index shard at localhost:{ports[1]} stopped answering "
-      "(its connection failed); start it again (python -m scripts.spreadout_shard "
-      f"--port={ports[1]}) and re-run the same command to resume from the last "
-      "checkpoint")
-  shards[1:] = _start_shards(ports[1])
-  resumed = run_module("scripts.train_federated", *QUICK_FEDAWS, addresses,
-                       f"--output_dir={tmp_path}/shards")
-  assert resumed.returncode == 0, resumed.stderr[-3000:]
-  assert results_of(tmp_path / "shards")["test"] == results_of(tmp_path / "here")["test"]
-  for shard, port in zip(shards, ports):
-    shard.send_signal(signal.SIGTERM)
-    assert shard.wait(timeout=10) == 0
-    assert shard.stderr.read().strip().splitlines() == [
-        f"spreadout index shard listening on port {port}, every interface; stop it "
-        "with Ctrl-C or SIGTERM"]
+  check_a_lost_server_resumes(tmp_path, QUICK_FEDAWS, "scripts.spreadout_shard",
+                              "spreadout_shards", "spreadout index shard")
 
 
 def test_a_shard_that_does_not_answer_is_one_line_and_exit_2(tmp_path):
-  port = portpicker.pick_unused_port()
-  result = run_module("scripts.train_federated", *QUICK_FEDAWS,
-                      f"--spreadout_shards=localhost:{port}", f"--output_dir={tmp_path}/run")
-  assert result.returncode == 2
-  assert result.stderr.strip().splitlines()[-1] == (
-      f"error: --spreadout_shards: no spreadout index shard answers at localhost:{port} "
-      "(Connection refused)")
+  check_a_silent_server_is_one_line(tmp_path, QUICK_FEDAWS, "spreadout_shards", "spreadout index shard")
 
 
 @pytest.mark.parametrize("flags,message", [

@@ -7,12 +7,15 @@ import collections
 import numpy as np
 import pytest
 
+from fed_retrieval.algorithms import row_sums
+from fed_retrieval.algorithms import served_table
 from fed_retrieval.algorithms import sub_model
 from fed_retrieval.algorithms import sub_model_answers
 from fed_retrieval.algorithms import sub_model_clients
 from fed_retrieval.algorithms.differential_privacy import DPConfig
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
+from fed_retrieval.runtime import array_service
 from fed_retrieval.runtime import tff_runtime
 from fed_retrieval.runtime import worker_values
 from fed_retrieval.training import round_calls
@@ -43,9 +46,11 @@ def test_a_workers_class_and_bag_rows_go_once_and_each_shard_and_call_names_its_
       (np.array([[3, 0]]), np.array([[True, True]]), np.array([1, 7, 8])),
       (np.array([[5, 4]]), np.array([[True, False]]), np.array([2, 4]))]
   calls = [(0, 1), (1, 2), (2, 3)]
-  bags = sub_model_answers.RoundRows(bag, [k[2] for k in shard_keys], calls, 2, None)
-  class_rows = sub_model_answers.RoundRows(table, [k[0] for k in shard_keys], calls, 2,
-                                           None)
+  bags = sub_model_answers.RoundRows(len(bag), sub_model_answers.table_rows(bag, None),
+                                     [k[2] for k in shard_keys], calls, 2)
+  class_rows = sub_model_answers.RoundRows(
+      len(table), sub_model_answers.table_rows(table, None), [k[0] for k in shard_keys],
+      calls, 2)
   first, first_rows = bags.of_call(0, NO_WORKER), class_rows.of_call(0, NO_WORKER)
   assert bags.of_call(2, NO_WORKER) is first
   assert class_rows.of_call(2, NO_WORKER) is first_rows
@@ -83,8 +88,8 @@ def test_every_workers_bag_is_made_at_once_in_the_context_its_calls_run_in(monke
                           (context.name, clients)) or value)
   bag = np.arange(20, dtype=np.float32).reshape(10, 2)
   calls = [(0, 1), (1, 2), (2, 3), (3, 5)]  # The last call has two TFF clients.
-  bags = sub_model_answers.RoundRows(bag, [np.array([i]) for i in range(5)], calls, 2,
-                                     None)
+  bags = sub_model_answers.RoundRows(len(bag), sub_model_answers.table_rows(bag, None),
+                                     [np.array([i]) for i in range(5)], calls, 2)
   bags.make_all([_Context("first"), _Context("second")])
   # Worker 0: calls 0 and 2 (one client each); worker 1: call 1, and call 3 of
   # another client count, so a bag of its own.
@@ -103,7 +108,7 @@ def test_calls_group_consecutive_clients_up_to_the_most(sizes, most, calls):
   assert sub_model._calls(sizes, most) == calls  # pylint: disable=protected-access
 
 
-def held_means(sums: sub_model.RowSums, num_rows: int, dim: int):
+def held_means(sums: row_sums.RowSums, num_rows: int, dim: int):
   """(the rows held, their mean deltas), as `add_means` adds them to a table
   of zeros."""
   table = np.zeros((num_rows, dim), np.float32)
@@ -118,7 +123,7 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
   deltas = [np.full((2, 2), v, np.float32) for v in (1.0, 2.0, 4.0)]
   weights = [1.0, 3.0, 2.0]
   scaled = row_mean == "clients"
-  one_by_one, summed = (sub_model.RowSums(6, 2, row_mean), sub_model.RowSums(6, 2, row_mean))
+  one_by_one, summed = (row_sums.RowSums(6, 2, row_mean), row_sums.RowSums(6, 2, row_mean))
   for sums in (one_by_one, summed):
     sums.add(sub_model_answers.client_parts(keys[:1], deltas[:1], real[:1], weights[:1],
                                             scaled))
@@ -126,9 +131,9 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
                                                 weights[1:], scaled))
   # Clients 1 and 2 summed before they arrive, as a shard sums its bag's rows:
   # rows 0, 1, 3 (5 not real), one holder each.
-  row_sums = [4.0 * 2, 2.0 * 3, 4.0 * 2] if scaled else [4.0, 2.0, 4.0]
-  summed.add(sub_model_answers.RowParts(
-      [np.array([0, 1, 3])], [np.repeat(np.array(row_sums, np.float32)[:, None], 2, 1)],
+  by_row = [4.0 * 2, 2.0 * 3, 4.0 * 2] if scaled else [4.0, 2.0, 4.0]
+  summed.add(row_sums.RowParts(
+      [np.array([0, 1, 3])], [np.repeat(np.array(by_row, np.float32)[:, None], 2, 1)],
       [np.ones(3, np.int64)], weights[1:]))
   ids, means = held_means(one_by_one, 6, 2)
   summed_ids, summed_means = held_means(summed, 6, 2)
@@ -153,7 +158,7 @@ def test_a_shards_stacked_uploads_are_its_clients_parts_to_the_bit(row_mean):
              rng.random((n, 4)) < 0.7, rng.integers(1, 20, n).astype(np.float32))
             for n in (5, 3)]
   scaled = row_mean == "clients"
-  stacked, one_by_one = sub_model.RowSums(9, 3, row_mean), sub_model.RowSums(9, 3, row_mean)
+  stacked, one_by_one = row_sums.RowSums(9, 3, row_mean), row_sums.RowSums(9, 3, row_mean)
   stacked.add(sub_model_answers.client_parts(*zip(*shards), scaled))
   one_by_one.add(sub_model_answers.client_parts(
       *[[row for shard in shards for row in shard[field]] for field in range(4)], scaled))
@@ -167,10 +172,10 @@ def test_the_dense_mean_is_the_clients_means_with_zeros_and_clearing_starts_anew
   is the `clients` means of the rows held, zeros on rows nobody read; after
   `clear`, the same parts give the same sums as fresh `RowSums` do."""
   rng = np.random.default_rng(0)
-  parts = [sub_model_answers.RowParts([np.array(k)], [rng.normal(size=(len(k), 3))
+  parts = [row_sums.RowParts([np.array(k)], [rng.normal(size=(len(k), 3))
                                                       .astype(np.float32)], [], [w])
            for k, w in (([4, 1, 2], 2.0), ([1, 3], 0.5), ([2, 4, 0, 1], 1.5))]
-  dense, sparse = sub_model.RowSums(6, 3, "clients"), sub_model.RowSums(6, 3, "clients")
+  dense, sparse = row_sums.RowSums(6, 3, "clients"), row_sums.RowSums(6, 3, "clients")
   for part in parts:
     dense.add(part)
     sparse.add(part._replace(holders=[np.ones(len(part.keys[0]), np.int64)]))
@@ -297,12 +302,12 @@ def test_calls_spread_over_three_workers_train_as_on_one(
 def test_means_added_to_the_table_in_blocks_are_the_means_to_the_bit(monkeypatch, row_mean):
   """`add_means`, 2 rows at a time, adds to each held row `rate` times its
   mean, the float64 quotient of the row's float32 sum rounded to float32."""
-  monkeypatch.setattr(sub_model, "BLOCK_ROWS", 2)
+  monkeypatch.setattr(row_sums, "BLOCK_ROWS", 2)
   rng = np.random.default_rng(7)
   keys, real = rng.integers(0, 9, (6, 4)), rng.random((6, 4)) < 0.8
   deltas = rng.normal(size=(6, 4, 3)).astype(np.float32)
   weights = rng.integers(1, 9, 6).astype(np.float32)
-  sums = sub_model.RowSums(9, 3, row_mean)
+  sums = row_sums.RowSums(9, 3, row_mean)
   scaled = row_mean == "clients"
   sums.add(sub_model_answers.client_parts([keys], [deltas], [real], [weights], scaled))
   row_sum, holders = np.zeros((9, 3), np.float32), np.zeros(9)
@@ -327,15 +332,15 @@ def test_a_dense_part_gives_its_keyed_rows_sums_to_the_bit():
   calls = [(np.array(k), rng.normal(size=(len(k), 3)).astype(np.float32) * 1e-3, w)
            for k, w in (([0, 2, 3], 2.0), ([2, 3, 4], 1.0), ([3], 0.5))]
   calls[1][1][0] = -0.0  # A -0.0 upload added to a sum is the sum.
-  by_key, dense = sub_model.RowSums(6, 3, "clients"), sub_model.RowSums(6, 3, "clients")
+  by_key, dense = row_sums.RowSums(6, 3, "clients"), row_sums.RowSums(6, 3, "clients")
   for _ in range(2):
     for sums in by_key, dense:
       sums.clear()
     for keys, rows, weight in calls:
-      by_key.add(sub_model_answers.RowParts([keys], [rows], [], [weight]))
+      by_key.add(row_sums.RowParts([keys], [rows], [], [weight]))
       whole = np.zeros((6, 3), np.float32)
       whole[keys] = rows
-      dense.add(sub_model_answers.RowParts([keys], [whole], [], [weight], dense=True))
+      dense.add(row_sums.RowParts([keys], [whole], [], [weight], dense=True))
     assert dense.mean().tobytes() == by_key.mean().tobytes()
     np.testing.assert_array_equal(np.signbit(dense.mean()), np.signbit(by_key.mean()))
     np.testing.assert_array_equal(dense.mean()[[1, 5]], 0.0)
@@ -356,10 +361,10 @@ def test_a_calls_sums_on_every_row_or_on_its_rows_give_the_same_weights(
   task, config = settings("k_labels_per_client", 3, row_mean)
   monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", 4)
   weights, dense_parts = [], []
-  add = sub_model.RowSums.add
+  add = row_sums.RowSums.add
   for share in (0.0, 2.0):
     seen = []
-    monkeypatch.setattr(sub_model.RowSums, "add",
+    monkeypatch.setattr(row_sums.RowSums, "add",
                         lambda self, parts, seen=seen: (seen.append(parts.dense),
                                                         add(self, parts)))
     monkeypatch.setattr(sub_model_clients, "DENSE_SHARE", share)
@@ -405,10 +410,48 @@ def test_a_row_a_call_read_but_none_of_its_clients_held_is_not_held(table_rows):
   nor moved (not 0 / 0), whether the part came dense or on its keys."""
   keys, holders = np.arange(4, dtype=np.int32), np.array([2, 1, 4, 0], np.int32)
   sums = np.array([[2.0], [3.0], [4.0], [0.0]], np.float32)
-  row_sums = sub_model.RowSums(table_rows, 1, "holders")
+  summed = row_sums.RowSums(table_rows, 1, "holders")
   part = sub_model_answers.sums_part(keys, sums, [3.0], table_rows, holders)
   assert part.dense == (table_rows == 4)
-  row_sums.add(part)
+  summed.add(part)
   table = np.ones((table_rows, 1), np.float32)
-  np.testing.assert_array_equal(row_sums.add_means(table, 1.0), [0, 1, 2])
+  np.testing.assert_array_equal(summed.add_means(table, 1.0), [0, 1, 2])
   np.testing.assert_array_equal(table[:4, 0], [2.0, 4.0, 2.0, 1.0])
+
+
+@pytest.fixture(scope="module")
+def two_table_servers():
+  """The addresses of two local table servers (`scripts.table_server`)."""
+  with array_service.LocalServers("scripts.table_server", 2,
+                                  tff_runtime.prepare_child) as servers:
+    yield servers.addresses
+
+
+@pytest.mark.parametrize("row_mean,workers", [("holders", 1), ("clients", 3)])
+def test_a_table_held_by_two_servers_trains_as_the_drivers_to_the_bit(
+    tff_context, three_workers, two_table_servers, monkeypatch, row_mean, workers):
+  """FedSS, 3 shards of 2 clients, a call each: with the class table in two
+  ranges on two servers (each sending its rows to the workers and folding
+  the calls' sums of them), two rounds give the weights of the table held
+  here, bit for bit, on one worker or three (each server reading every
+  worker's calls)."""
+  monkeypatch.setattr(sub_model, "MAX_CLIENTS_PER_CALL", 2)
+  task, config = settings("k_labels_per_client", 3, row_mean)
+  here, initial = two_rounds(build(task, config, "fedss"), task, config, 3)
+  if workers == 3:
+    monkeypatch.setattr(tff_runtime, "worker_contexts", lambda: three_workers)
+  monkeypatch.setattr(served_table, "_addresses", two_table_servers)
+  process = build(task, config, "fedss")
+  assert process._row_sums is None  # pylint: disable=protected-access
+  served, _ = two_rounds(process, task, config, 3)
+  for a, b in zip(here, served):
+    np.testing.assert_array_equal(b, a)
+  assert all(np.any(a != b) for a, b in zip(here, initial))
+
+
+def test_a_table_step_is_refused_with_table_servers(monkeypatch):
+  """FedAwS's spreadout reads the whole table each round: not served."""
+  monkeypatch.setattr(served_table, "_addresses", ["localhost:1"])
+  task, config = settings("one_label_per_client", 3)
+  with pytest.raises(ValueError, match="--table_servers: the class table is served"):
+    build(task, config, "fedaws")

@@ -59,9 +59,15 @@ of 19.0, the busiest worker 4.8 CPU s instead of 5.5 and the process tree
 8.4 GB instead of 11.2 (the index on the driver; side by side each).
 
 A round's TFF calls take at most `MAX_CLIENTS_PER_CALL` clients, the server
-folding each call's uploads into per-row sums as it returns (`RowSums`, for
-the class rows and the bag's), so a round of thousands of clients holds one
-call's answers and uploads at a time. Each call's data goes to its worker
+folding each call's uploads into per-row sums as it returns
+(`row_sums.RowSums`, for the class rows and the bag's), so a round of
+thousands of clients holds one call's answers and uploads at a time. With
+table servers (`served_table.use_table_servers`; sharded, the rows trained
+by their means alone, as FedSS's are), the class table is theirs in ranges:
+a worker's class rows come from them as a piece per range, and each call
+leaves its shards' sums of each range's rows in the worker for that range's
+server to fold, in the calls' order, the driver folding the bag's alone
+(`served_table` says what it saves). Each call's data goes to its worker
 once, as a value the worker holds for the round (`worker_values`): step 1
 computes the call's keys from it and step 2 trains on it. On several
 workers (`tff_runtime.worker_contexts`) call i goes to worker i mod their
@@ -115,6 +121,7 @@ Model weights are the tower's then the table, or the table then the tower's
 
 import concurrent.futures
 import dataclasses
+import functools
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -123,7 +130,8 @@ import tensorflow_federated as tff
 
 from fed_retrieval.algorithms import differential_privacy
 from fed_retrieval.algorithms import optimizers
-from fed_retrieval.algorithms import row_ids
+from fed_retrieval.algorithms import row_sums
+from fed_retrieval.algorithms import served_table
 from fed_retrieval.algorithms import sub_model_answers
 from fed_retrieval.algorithms import sub_model_clients
 from fed_retrieval.runtime import tff_runtime
@@ -137,8 +145,6 @@ ROW_MEANS = ("holders", "clients")
 # shape, 4,000 clients a round in one call, was killed for memory here).
 MAX_CLIENTS_PER_CALL = 500
 FLOAT_BYTES = 4
-# Rows `RowSums.add_means` reads at once: 16 MB of rows of 64 floats.
-BLOCK_ROWS = 65_536
 KEY_BYTES = 4
 # (a client's examples: its batches as one batch, round seed [2] int64: (seed,
 # round)) -> (keys [K] int32, is_real [K] bool).
@@ -243,107 +249,6 @@ def bytes_per_client(tower_shapes: Sequence[Sequence[int]], num_keys: int, dim: 
   return tower + rows, up
 
 
-class RowSums:
-  """A round's row deltas summed per row, in place on arrays of the table's
-  shape kept across rounds, as the calls' uploads arrive: `add` folds in
-  parts (`sub_model_answers.RowParts`, whose keys may repeat), O(rows
-  uploaded), or a dense part in one pass over the table (a sharded call's
-  bag when it reads most of it: at Amazon-670K's shape, 8 calls each of 95%
-  of its rows took 135 ms to add by key, 27 ms dense; one-off); `add_means`
-  adds each held row's mean delta to its row of a table, `mean` gives the
-  dense mean over every client (the bag's: zeros on rows nobody read);
-  `clear` zeros what was summed, for the next round.
-
-  `holders`: each row's deltas averaged over the clients that held it;
-  `clients`: the example-weighted sum over every client divided by the
-  round's total weight (a non-holder counting as a zero delta).
-
-  A row's deltas are added one after another in the order they arrive
-  (`row_ids.add_in_order`), so the same uploads give the same sums to the
-  bit however they are split into parts and calls. Dense, because a round of
-  thousands touches most of a large table: FedSS at Amazon-670K's shape,
-  4,000 clients of 510 rows, holds 2M rows a round, 638,000 of them distinct.
-  Sums kept over the rows held so far, copied anew with each call's, took
-  0.93-1.25 CPU s a round to add (the bag's 0.07 more) against 0.60-0.64 for
-  both here, and the driver 3.2-3.7 CPU s a round against 2.0-2.1 (one
-  worker; thread clocks, old and new alternated; one-off)."""
-
-  def __init__(self, num_rows: int, dim: int, row_mean: str):
-    self._row_mean = row_mean
-    self._sums = np.zeros((num_rows, dim), np.float32)
-    self._holders = np.zeros(num_rows, np.int64)
-    self._held = np.zeros(num_rows, bool)
-    self._weights: List[float] = []
-
-  def add(self, parts: sub_model_answers.RowParts) -> None:
-    """Uploads folded in: parts' keys, summed deltas (`clients`: scaled by
-    weight), how many clients held each key (none: not counted, as a call's
-    bag's), and their clients' weights."""
-    if not parts.keys:
-      return
-    if parts.dense:  # Zeros add nothing: a sum is never -0.0 (it starts at +0.0).
-      self._sums += parts.sums[0]
-      if parts.holders:
-        self._holders += parts.holders[0]
-        self._held |= parts.holders[0] > 0
-      else:
-        self._held[parts.keys[0]] = True
-      self._weights.extend(parts.weights)
-      return
-    # The parts in one step, one pass over the table's rows for
-    # `add_in_order`'s counts: a call of 500 clients, a part each, at 670k
-    # rows took 40 ms part by part against 1.4 (one-off, thread clocks).
-    keys = _joined(parts.keys)
-    row_ids.add_in_order(self._sums, keys, _joined(parts.sums))
-    if parts.holders:  # Rows a part read that none of its clients held: not held.
-      # Of the counts' dtype: `np.add.at` casting int32 took 0.16 CPU s a
-      # round, not 0.01 (16 shards at Amazon-670K's shape; one-off).
-      holders = _joined(parts.holders).astype(self._holders.dtype, copy=False)
-      np.add.at(self._holders, keys, holders)
-      keys = keys[holders > 0]
-    self._held[keys] = True
-    self._weights.extend(parts.weights)
-
-  def _total_weight(self) -> float:
-    return max(float(np.sum(self._weights)), 1e-12)
-
-  def add_means(self, table: np.ndarray, rate: float) -> np.ndarray:
-    """Adds `rate` times each held row's mean delta to its row of `table`,
-    in place, `BLOCK_ROWS` rows at a time, and returns the rows held (sorted,
-    int32). Means in float32, the bits of the float64 quotient rounded (a
-    float64 has more than twice a float32's digits). In blocks because
-    arrays of every row held were fresh memory in a round that had just
-    handed its calls' buffers back, each page faulted in: FedSS at
-    Amazon-670K's shape, 4,000 clients, 638,000 rows held, took 0.9 CPU s a
-    round to compute their means and read their rows of the table (one-off,
-    by thread clocks)."""
-    ids = np.flatnonzero(self._held)
-    total = np.float32(self._total_weight())
-    for start in range(0, len(ids), BLOCK_ROWS):
-      block = ids[start:start + BLOCK_ROWS]
-      divisor = (total if self._row_mean == "clients"
-                 else self._holders[block][:, None].astype(np.float32))
-      table[block] += rate * (self._sums[block] / divisor)
-    return ids.astype(np.int32)
-
-  def mean(self) -> np.ndarray:
-    """[rows, D]: the sums over the round's total weight."""
-    return self._sums / np.float32(self._total_weight())
-
-  def clear(self) -> None:
-    """Zeros the rows summed since the last clear (O(rows held))."""
-    ids = np.flatnonzero(self._held)
-    self._sums[ids] = 0.0
-    self._holders[ids] = 0
-    self._held[ids] = False
-    self._weights = []
-
-
-def _joined(arrays: Sequence[np.ndarray]) -> np.ndarray:
-  """`arrays` end to end (one alone as it is, not copied)."""
-  return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-
-
 @dataclasses.dataclass
 class _RoundSums:
   """What a round's clients give the server: the broadcast's mean delta (DP:
@@ -353,8 +258,8 @@ class _RoundSums:
   loss_sum: float
   count: float
   table_delta: Optional[np.ndarray] = None
-  rows: Optional[RowSums] = None
-  bag: Optional[RowSums] = None
+  rows: Optional[row_sums.RowSums] = None
+  bag: Optional[row_sums.RowSums] = None
 
 
 def _calls(sizes: Sequence[int], most: int) -> List[Tuple[int, int]]:
@@ -420,10 +325,20 @@ class SubModelProcess:
     num_rows, dim = spec.initial_table.shape
     self._num_rows, self._dim = num_rows, dim
     self._bag_rows, self._bag_dim = shapes[0] if self._bagged else (0, 0)
-    # The round's sums, kept across rounds (`RowSums`).
-    self._row_sums = (RowSums(num_rows, dim, spec.row_mean)
-                      if spec.trains_rows and not spec.whole_table else None)
-    self._bag_sums = (RowSums(self._bag_rows, self._bag_dim, "clients")
+    servers = served_table.table_servers()
+    if servers and (not spec.sharded or not spec.trains_rows or spec.whole_table
+                    or spec.table_step is not None):
+      raise ValueError(f"--{served_table.FLAG}: the class table is served for sharded "
+                       "rounds whose rows train by their means alone (FedSS, or FedAwS "
+                       "without its spreadout step)")
+    # The class table on servers (`served_table`), or here.
+    self._served = (served_table.ServedTable(servers, num_rows, spec.row_mean)
+                    if servers else None)
+    # The round's sums, kept across rounds (`row_sums.RowSums`).
+    self._row_sums = (row_sums.RowSums(num_rows, dim, spec.row_mean)
+                      if spec.trains_rows and not spec.whole_table and not servers
+                      else None)
+    self._bag_sums = (row_sums.RowSums(self._bag_rows, self._bag_dim, "clients")
                       if self._bagged else None)
     self._optimizer = optimizers.tff_optimizer(
         spec.server_optimizer, spec.server_learning_rate, "server_optimizer")
@@ -442,7 +357,8 @@ class SubModelProcess:
     if not spec.whole_table:
       self.client_keys = sub_model_clients.build_client_keys(spec, data_type)
     self._round = sub_model_clients.ClientRound(
-        spec, shapes[1:] if self._bagged else shapes, num_rows, dim, self._bag_dim)
+        spec, shapes[1:] if self._bagged else shapes, num_rows, dim, self._bag_dim,
+        self._served.bounds if self._served else None)
     self.client_round = self._round.build(data_type)
 
   def initialize(self) -> Dict[str, Any]:
@@ -477,12 +393,20 @@ class SubModelProcess:
     work = _RoundSums([], 0.0, 0.0, rows=self._row_sums, bag=self._bag_sums)
     parts = []
     workers = max(len(contexts), 1)
+    if self._served is not None:
+      self._served.ensure(state["table"])
+      make_rows = functools.partial(self._served.worker_rows,
+                                    type_spec=self._round.worker_rows_type)
+    else:
+      make_rows = sub_model_answers.table_rows(state["table"], self._round.worker_rows_type)
     class_rows = (sub_model_answers.RoundRows(
-        state["table"], [np.asarray(k[0]) for k in keys], calls, workers,
-        self._round.worker_rows_type) if spec.sharded else None)
+        self._num_rows, make_rows, [np.asarray(k[0]) for k in keys], calls, workers)
+                  if spec.sharded else None)
+    bag = np.asarray(state["tower"][0]) if self._bagged else None
     bags = (sub_model_answers.RoundRows(
-        np.asarray(state["tower"][0]), [np.asarray(k[2]) for k in keys], calls, workers,
-        self._round.worker_bag_type) if spec.sharded and self._bagged else None)
+        self._bag_rows, sub_model_answers.table_rows(bag, self._round.worker_bag_type),
+        [np.asarray(k[2]) for k in keys], calls, workers)
+            if spec.sharded and self._bagged else None)
     for round_rows in class_rows, bags:  # In turn, before the calls' threads start.
       if round_rows is not None:
         round_rows.make_all(contexts)
@@ -497,6 +421,9 @@ class SubModelProcess:
       parts.append(([np.asarray(d) for d in mean[0]], float(count)))
       work.loss_sum += float(loss_sum)
       work.count += float(count)
+      if self._served is not None:  # The class rows' sums, left in the worker.
+        self._served.fold(*rows, weight=float(count))
+        rows = None
       for sums, uploads in (work.rows, rows), (work.bag, bag):
         for part in uploads if sums is not None else ():
           sums.add(part)
@@ -530,21 +457,32 @@ class SubModelProcess:
     by its clients' `bag_keys` (in the worker, `_sent`), both held by its
     worker: (the mean (DP: sum) of the broadcast's deltas, loss
     sum, examples, the class rows' and the bag's uploads, each a list of
-    `RowParts` (a shard's class rows a part) or None if not trained)."""
+    `RowParts` (a shard's class rows a part) or None if not trained; with
+    a served table, the class rows' are (`context`, the call's TFF clients,
+    its sums of each server's rows, left in the worker) for
+    `ServedTable.fold`)."""
     spec = self._spec
     if spec.sharded:
       answers, call_bag = sub_model_answers.shard_answers(keys, worker_rows, worker_bag)
-      outputs = worker_values.invoke(
-          context, self.client_round,
-          (dense,) + (() if call_bag is None else ((call_bag.keys, call_bag.in_worker),)),
-          worker_rows.rows, *(() if call_bag is None else (worker_bag.rows,)), answers,
-          *(() if call_bag is None else (bag_keys,)), client_data_)
+      args = ((dense,) + (() if call_bag is None else ((call_bag.keys, call_bag.in_worker),)),
+              *(worker_rows.rows if self._served else [worker_rows.rows]),
+              *(() if call_bag is None else (worker_bag.rows,)), answers,
+              *(() if call_bag is None else (bag_keys,)), client_data_)
+      if self._served is not None:
+        pieces = range(3, 3 + self._round.pieces)
+        outputs, held = worker_values.invoke_keeping(context, self.client_round,
+                                                     len(keys), pieces, *args)
+        outputs = outputs[:3] + [None] + outputs[3:]  # The bag's sums stay 5th.
+      else:
+        outputs = worker_values.invoke(context, self.client_round, *args)
       mean, loss_sum, count = outputs[:3]
       # The weights' sum, the call's examples, goes with its first part.
       weights = [[float(count)]] + [[]] * (len(answers) - 1)
-      rows = [sub_model_answers.sums_part(answer[3], sums, part_weights, self._num_rows,
+      rows = ((context, len(keys), held) if self._served is not None else
+              [sub_model_answers.sums_part(answer[3], sums, part_weights, self._num_rows,
                                            holders)
-              for answer, (sums, holders), part_weights in zip(answers, outputs[3], weights)]
+               for answer, (sums, holders), part_weights in zip(answers, outputs[3],
+                                                                weights)])
       bag = ([sub_model_answers.sums_part(call_bag.keys, outputs[4], weights[0],
                                            self._bag_rows)] if self._bagged else None)
       return mean, loss_sum, count, rows if spec.trains_rows else None, bag
@@ -566,7 +504,7 @@ class SubModelProcess:
   def _server_step(self, state, work: "_RoundSums", round_num: int):
     """The new tower and table: DP noise on the dense means, the bag's mean
     over every client (`RowSums.mean`), the server optimizer on the tower, each
-    class row's mean delta (`RowSums`), then the table step."""
+    class row's mean delta (`row_sums.RowSums`), then the table step."""
     spec = self._spec
     mean_tower, table_delta = work.mean, work.table_delta
     if spec.dp is not None:  # Sums of clipped updates -> their noised mean.
@@ -579,7 +517,9 @@ class SubModelProcess:
     optimizer_state, tower = self._tower_step(state["optimizer"], state["tower"],
                                               mean_tower)
     table = state["table"]
-    if spec.trains_rows:
+    if spec.trains_rows and self._served is not None:
+      table = self._served.step(spec.row_learning_rate)
+    elif spec.trains_rows:
       table = table.copy()
       if spec.whole_table:
         table += spec.row_learning_rate * table_delta

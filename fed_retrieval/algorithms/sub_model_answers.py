@@ -1,32 +1,17 @@
 """The server's answers in a sub-model round: each client's rows of the class
 table (and of the embedding bag), or a shard's clients' answers as one (the
 class and bag rows a worker's calls read sent to it once a round, each
-once), and what clients upload as per-row parts for `sub_model.RowSums`.
+once), and what clients upload as per-row parts for `row_sums.RowSums`.
 O(rows touched) per client, in NumPy: the TFF worker only ever holds the
 clients' sub-models."""
 
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from fed_retrieval.algorithms import row_ids
+from fed_retrieval.algorithms import row_sums
 from fed_retrieval.runtime import worker_values
-
-
-class RowParts(NamedTuple):
-  """Uploads for `RowSums.add` (the class rows' or the bag's): per part (a
-  client, a shard's class rows or a call's bag) its row keys, their deltas
-  summed over its clients (with the `clients` mean, each client's scaled by
-  its weight), how many of its clients held each key (a call's bag: not
-  counted, its mean is over every client), and its clients' weights (or
-  their total). `dense`: one part whose sums (and holders) cover every row
-  of the table, zeros outside its keys (a shard or call that reads most of
-  it), added in one pass, not gathered and scattered by key."""
-  keys: List[np.ndarray]
-  sums: List[np.ndarray]
-  holders: List[np.ndarray]
-  weights: List[float]
-  dense: bool = False
 
 
 def answers(state, keys, bagged: bool) -> List[tuple]:
@@ -79,12 +64,15 @@ class RoundRows:
   `WorkerRows`, built and created in the worker when the first of them asks
   (`of_call`), or for every group at once (`make_all`)."""
 
-  def __init__(self, table: np.ndarray, keys: Sequence[np.ndarray],
-               calls: Sequence[Tuple[int, int]], workers: int, type_spec):
-    """`keys`: the rows of `table` each TFF client of the round reads (any
-    shape, repeats allowed)."""
-    self._table, self._keys, self._calls = table, keys, calls
-    self._workers, self._type_spec = workers, type_spec
+  def __init__(self, num_rows: int, make: Callable[[Any, np.ndarray, int], Any],
+               keys: Sequence[np.ndarray], calls: Sequence[Tuple[int, int]], workers: int):
+    """`keys`: the rows of the table (of `num_rows` rows) each TFF client of
+    the round reads (any shape, repeats allowed); `make(context, keys,
+    clients)`: those rows (sorted keys) made in the worker behind `context`
+    for its calls of `clients` clients (`table_rows`, or a served table's
+    pieces, `served_table`)."""
+    self._num_rows, self._make, self._keys, self._calls = num_rows, make, keys, calls
+    self._workers = workers
     # (worker, clients) -> its rows; a group's calls run on one worker in turn.
     self._made: Dict[Tuple[int, int], WorkerRows] = {}
 
@@ -108,10 +96,17 @@ class RoundRows:
       members = [i for i in range(len(self._calls)) if self._group(i) == group]
       keys, lookup = row_ids.distinct_and_lookup(np.concatenate(
           [np.ravel(self._keys[t]) for i in members for t in range(*self._calls[i])]),
-          len(self._table))
-      rows = worker_values.created(context, self._table[keys], self._type_spec, group[1])
-      self._made[group] = WorkerRows(keys.astype(np.int32), lookup, rows)
+          self._num_rows)
+      keys = keys.astype(np.int32)
+      self._made[group] = WorkerRows(keys, lookup, self._make(context, keys, group[1]))
     return self._made[group]
+
+
+def table_rows(table: np.ndarray, type_spec) -> Callable[[Any, np.ndarray, int], Any]:
+  """`RoundRows`' `make` of rows of `table` the driver holds, sent as a
+  value of `type_spec`."""
+  return lambda context, keys, clients: worker_values.created(
+      context, table[keys], type_spec, clients)
 
 
 def shard_answers(shard_keys, worker_rows: WorkerRows,
@@ -141,7 +136,7 @@ def shard_answers(shard_keys, worker_rows: WorkerRows,
 
 def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
                  is_real: Sequence[np.ndarray], weights: Sequence[Any],
-                 scaled: bool) -> RowParts:
+                 scaled: bool) -> row_sums.RowParts:
   """Row uploads as parts, their rows that are not real dropped (`scaled`:
   each client's deltas times its weight). A part is a client's (keys [K],
   deltas [K, D], is_real [K], its weight) or a shard's, its clients' stacked
@@ -150,7 +145,7 @@ def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
   as it would client by client (4,000 clients a round in 16 shards: 16
   parts, not 4,000; the driver's CPU making and adding them 0.044-0.048 ->
   0.025 s a round, by thread clocks, two runs each way; one-off)."""
-  parts = RowParts([], [], [], [])
+  parts = row_sums.RowParts([], [], [], [])
   for part_keys, part_deltas, part_real, part_weights in zip(keys, deltas, is_real, weights):
     part_keys, real = np.asarray(part_keys), np.asarray(part_real).reshape(-1)
     part_weights = np.asarray(part_weights, np.float32).reshape(-1)
@@ -166,12 +161,12 @@ def client_parts(keys: Sequence[np.ndarray], deltas: Sequence[np.ndarray],
 
 
 def sums_part(keys: np.ndarray, sums, weights: List[float], table_rows: int,
-              holders=None) -> RowParts:
+              holders=None) -> row_sums.RowParts:
   """A shard's sums of the class rows, or a call's of the bag
   (`sub_model_clients.ClientRound`), as one part: on every row of the table
   (dense) when it has as many, else on its rows `keys` (the same when it
   reads every row); `holders`: how many of its clients held each (the class
   rows')."""
   sums = np.asarray(sums)
-  return RowParts([keys], [sums], [] if holders is None else [np.asarray(holders)],
+  return row_sums.RowParts([keys], [sums], [] if holders is None else [np.asarray(holders)],
                   weights, dense=len(sums) == table_rows)

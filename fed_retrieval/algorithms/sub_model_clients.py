@@ -7,7 +7,7 @@ with a selected bag, its bag rows, computed from its own data and the round.
 model with the rows it was answered, and returns its deltas. The tower's
 deltas are averaged in TFF (example-weighted; DP: summed after each client
 clips its own); a client's rows (and bag rows) come back for the server to
-average (`sub_model.RowSums`). Sharded, the deltas come back summed per
+average (`row_sums.RowSums`). Sharded, the deltas come back summed per
 row: a shard's class rows' on its distinct rows, with how many clients held
 each, and a call's bag's over its shards in TFF on the call's bag rows (or
 either as one array of the table's shape when those rows are most of it,
@@ -22,7 +22,7 @@ converting them and all they call was 5.3 of the 7.6 s a small XC run spent
 in autograph.
 """
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -157,6 +157,21 @@ def build_client_keys(spec, data_type):
   return client_keys
 
 
+def _gathered(pieces, places: tf.Tensor) -> tf.Tensor:
+  """The rows at `places` among the pieces' rows end to end (a worker's class
+  rows, one piece a table server's range), each piece read where its rows
+  are, none copied whole."""
+  if len(pieces) == 1:
+    return tf.gather(pieces[0], places)
+  ends = tf.cumsum([tf.shape(p)[0] for p in pieces])
+  which = tf.searchsorted(ends, places, side="right")
+  within = places - tf.gather(ends - [tf.shape(p)[0] for p in pieces], which)
+  positions = tf.dynamic_partition(tf.range(tf.size(places)), which, len(pieces))
+  return tf.dynamic_stitch(positions, [
+      tf.gather(p, w) for p, w in zip(pieces, tf.dynamic_partition(within, which,
+                                                                   len(pieces)))])
+
+
 def _places(call_keys: tf.Tensor, keys: tf.Tensor, table_rows: int) -> tf.Tensor:
   """Each of `keys`' place among the distinct `call_keys` (a call's bag rows,
   a shard's class rows), looked up in an array of the table's rows: binary
@@ -171,8 +186,15 @@ class ClientRound:
   """The TFF round of a spec's clients (`build`): what a client starts from,
   trains and returns, one client or a shard of them per TFF client."""
 
-  def __init__(self, spec, dense_shapes, num_rows: int, dim: int, bag_dim: int):
+  def __init__(self, spec, dense_shapes, num_rows: int, dim: int, bag_dim: int,
+               table_bounds: Optional[np.ndarray] = None):
+    """`table_bounds` (sharded): the class table is held in ranges by table
+    servers (`served_table`), [servers + 1] where each range starts and the
+    end: a worker's class rows come as a piece per range, and a call leaves
+    each shard's sums in the worker, split by range, for the servers."""
     self.spec, self.num_rows, self.dim, self.bag_dim = spec, num_rows, dim, bag_dim
+    self.table_bounds = table_bounds
+    self.pieces = 1 if table_bounds is None else len(table_bounds) - 1
     self.bag_rows = len(spec.initial_tower[0]) if spec.bag is not None else 0
     self.bagged = spec.bag is not None
     # Sharded with a bag, the bag rows the worker holds are an argument of
@@ -271,7 +293,7 @@ class ClientRound:
     one's end)."""
     if self.spec.whole_table:
       return None
-    picked = (tf.gather(worker_rows, tf.gather(answer[0], places[i])), answer[1][i],
+    picked = (_gathered(worker_rows, tf.gather(answer[0], places[i])), answer[1][i],
               answer[2][i])
     if self.bagged:
       keys, positions, counts, ends = bag
@@ -340,15 +362,25 @@ class ClientRound:
       return shared, loss_total, examples, table_total
     deltas = row_ta.stack()  # [n, K, D], weighted (`_add`).
     places = tf.reshape(places, [-1])
+    sums = (self._sums_per_row(tf.reshape(deltas, [-1, self.dim]), ids, places,
+                               shard_keys, self.num_rows, real),
+            self._sums_per_row(tf.ones_like(ids), ids, places, shard_keys,
+                               self.num_rows, real))
     result = (shared, loss_total, examples,
-              (self._sums_per_row(tf.reshape(deltas, [-1, self.dim]), ids, places,
-                                  shard_keys, self.num_rows, real),
-               self._sums_per_row(tf.ones_like(ids), ids, places, shard_keys,
-                                  self.num_rows, real)))
+              sums if self.table_bounds is None else self._by_range(shard_keys, *sums))
     if not self.bagged:
       return result
     return result + (self._sums_per_row(tf.reshape(bag_ta.concat(), [-1, self.bag_dim]),
                                         bag[0], bag[1], broadcast[1][0], self.bag_rows),)
+
+  def _by_range(self, shard_keys, sums, holders):
+    """A shard's row sums and holders (on its keys, or on every row of the
+    table) as a (keys, sums, holders) piece per range of `table_bounds`."""
+    keys = tf.cond(tf.equal(tf.shape(sums)[0], self.num_rows),
+                   lambda: tf.range(self.num_rows), lambda: shard_keys)
+    splits = tf.searchsorted(keys, tf.constant(self.table_bounds, tf.int32))
+    return tuple((keys[splits[i]:splits[i + 1]], sums[splits[i]:splits[i + 1]],
+                  holders[splits[i]:splits[i + 1]]) for i in range(self.pieces))
 
   @staticmethod
   def _sums_per_row(values, ids, places, call_keys, table_rows: int, real=None):
@@ -449,17 +481,18 @@ class ClientRound:
       return mean, tff.federated_sum(loss_sum), tff.federated_sum(count)
 
     if self.spec.sharded:  # (No DP.)
-      at_clients = [self.worker_rows_type] + (
+      at_clients = [self.worker_rows_type] * self.pieces + (
           [self.worker_bag_type, answers_at_clients, self.bag_keys_type]
           if self.bagged else [answers_at_clients]) + [data_at_clients]
 
       @tff.tensorflow.computation(tff.StructWithPythonType(
           [self.broadcast_type] + [t.member for t in at_clients], tuple))
       def shard_update(args):
+        broadcast, worker_rows, rest = args[0], args[1:1 + self.pieces], args[1 + self.pieces:]
         if self.bagged:
-          broadcast, worker_rows, worker_bag, answer, bag_keys, data = args
+          worker_bag, answer, bag_keys, data = rest
           return train(broadcast, answer, data, worker_rows, worker_bag, bag_keys)
-        broadcast, worker_rows, answer, data = args
+        answer, data = rest
         return train(broadcast, answer, data, worker_rows)
 
       @tff.federated_computation(tff.StructWithPythonType(
@@ -467,7 +500,9 @@ class ClientRound:
       def shard_round(args):
         results = tff.federated_map(shard_update, (tff.federated_broadcast(args[0]),) + tuple(
             args[i] for i in range(1, len(at_clients) + 1)))
-        return summed(results) + (results[3],) + (
+        sums = ((results[3],) if self.table_bounds is None else
+                tuple(results[3][i] for i in range(self.pieces)))
+        return summed(results) + sums + (
             (self._summed_rows(results[4]),) if self.bagged else ())
 
       return shard_round

@@ -22,6 +22,7 @@ import psutil
 from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.algorithms import fedaws
 from fed_retrieval.algorithms import fedss
+from fed_retrieval.algorithms import served_table
 from fed_retrieval.algorithms.fedaws import FedAwSConfig
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import xc_encoder
@@ -37,6 +38,8 @@ from tasks import client_data
 FEATURES_PER_POINT = 16
 # The oracle is full softmax at other rates: the same round, measured once.
 ALGORITHMS = fedaws.OWN_ALGORITHMS + fedss.ALGORITHMS
+# Kinds of servers beside the workers, each stated per process.
+SERVERS = ("spreadout_shards", "table_servers")
 
 
 def random_clients(num_clients: int, points_per_client: int, classes_per_client: int,
@@ -113,12 +116,17 @@ def _cpu_seconds(process: psutil.Process) -> Tuple[float, float]:
   return times.user + times.system, times.system
 
 
-def _per_process(seconds: Sequence[float], workers: int, shards: int
+def _per_process(seconds: Sequence[float], workers: int, servers: Dict[str, int]
                  ) -> Dict[str, List[float]]:
-  """The workers' and the shards' of seconds listed driver, workers, shards."""
-  return {"workers": [round(s, 3) for s in seconds[1:1 + workers]],
-          **({"spreadout_shards": [round(s, 3) for s in seconds[1 + workers:]]}
-             if shards else {})}
+  """The workers' and each kind of server's of seconds listed driver,
+  workers, then the servers of each kind of `servers` ({kind: count}) in
+  turn; a kind none of runs is left out."""
+  out, start = {"workers": [round(s, 3) for s in seconds[1:1 + workers]]}, 1 + workers
+  for kind, count in servers.items():
+    if count:
+      out[kind] = [round(s, 3) for s in seconds[start:start + count]]
+      start += count
+  return out
 
 
 def _wire_bytes_per_round(before, after, peers: Dict[str, List[str]],
@@ -144,13 +152,16 @@ def _digest(weights) -> str:
 
 def busiest_worker_shares(runs: Sequence[Dict[str, Any]]) -> List[Optional[float]]:
   """For each run on several workers, its busiest worker's CPU seconds a round
-  over those of the one worker of the run at the same classes and spreadout
-  shards (what N machines would each take of one's work); None for the rest."""
-  single = {(r["num_classes"], r.get("spreadout_shards", 0)):
-            r["cpu_seconds_per_round"]["workers"][0] for r in runs if r["workers"] == 1}
+  over those of the one worker of the run at the same classes, spreadout
+  shards and table servers (what N machines would each take of one's work); None for the rest."""
+  def kind(r):
+    return r["num_classes"], r.get("spreadout_shards", 0), r.get("table_servers", 0)
+
+  single = {kind(r): r["cpu_seconds_per_round"]["workers"][0]
+            for r in runs if r["workers"] == 1}
   shares = []
   for r in runs:
-    one = single.get((r["num_classes"], r.get("spreadout_shards", 0)))
+    one = single.get(kind(r))
     shares.append(round(max(r["cpu_seconds_per_round"]["workers"]) / one, 3)
                   if r["workers"] > 1 and one else None)
   return shares
@@ -158,14 +169,16 @@ def busiest_worker_shares(runs: Sequence[Dict[str, Any]]) -> List[Optional[float
 
 def modelled_round(cpu: Dict[str, Any]) -> Dict[str, float]:
   """A round on W machines from a run's CPU seconds a round (its
-  `cpu_seconds_per_round`, W workers): machine i runs worker i and the
-  spreadout shards j with j mod W = i, and the round takes the driver's
-  seconds plus the busiest machine's (the driver's fold of the uploads taken
-  as in series with the calls, the calls' imbalance kept; the wall time of a
-  2-core machine cannot show it). Its `seconds` and the driver's share."""
+  `cpu_seconds_per_round`, W workers): machine i runs worker i, and the
+  spreadout shards j and table servers j with j mod W = i, and the round
+  takes the driver's seconds plus the busiest machine's (the driver's fold
+  of the uploads taken as in series with the calls, the calls' imbalance
+  kept; the wall time of a 2-core machine cannot show it). Its `seconds` and
+  the driver's share."""
   machines = list(cpu["workers"])
-  for j, seconds in enumerate(cpu.get("spreadout_shards", [])):
-    machines[j % len(machines)] += seconds
+  for kind in SERVERS:
+    for j, seconds in enumerate(cpu.get(kind, [])):
+      machines[j % len(machines)] += seconds
   seconds = cpu["driver"] + max(machines)
   return {"seconds": round(seconds, 3), "driver_share": round(cpu["driver"] / seconds, 3)}
 
@@ -178,7 +191,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                     spreadout_search: str = "exact", workers: int = 1,
                     client_shards: int = worker_threads.DEFAULT_CLIENT_SHARDS,
                     spreadout_shards: int = 0, one_call_at_a_time: bool = False,
-                    warmup_rounds: Optional[int] = None) -> Dict[str, Any]:
+                    warmup_rounds: Optional[int] = None,
+                    table_servers: int = 0) -> Dict[str, Any]:
   """The figures of `repeats` timed rounds of `algorithm` (small architecture);
   bytes are the client with the most features' (`bag`: selected or whole).
   The clients are computed as a run computes them: in `client_shards` shards
@@ -200,7 +214,9 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   the weights after the rounds (equal on any number of workers).
   With `spreadout_shards` (FedAwS, approximate), the index's lists live in
   as many local `scripts.spreadout_shard` processes, whose CPU seconds (and
-  the kernel's) and bytes a round are stated too. From the CPU seconds, the
+  the kernel's) and bytes a round are stated too; with `table_servers`
+  (FedSS), the class table is held in as many local `scripts.table_server`
+  processes (`served_table`), stated alike. From the CPU seconds, the
   round on as many machines as workers (`modelled_round`).
   FedAwS's report adds how its spreadout found neighbours and, when
   approximately, how they compare with the exact search's on the final table,
@@ -216,6 +232,10 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   if spreadout_shards and (algorithm != "fedaws" or spreadout_search != "approximate"):
     raise ValueError("--local_spreadout_shards: FedAwS with --spreadout_search="
                      "approximate only")
+  if table_servers and algorithm != "fedss":
+    raise ValueError("--local_table_servers: FedSS only (FedAwS's spreadout step reads "
+                     "the whole table each round)")
+  servers = {"spreadout_shards": spreadout_shards, "table_servers": table_servers}
   model = xc_encoder.XCEncoderConfig(num_features, num_classes, bag_dim=64,
                                      hidden_dims=(128,), embedding_dim=64)
   clients = random_clients(num_clients, points_per_client, classes_per_client,
@@ -230,17 +250,22 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
         tff_runtime.several_local_workers(workers, one_call_at_a_time)) as started, \
        array_service.LocalServers("scripts.spreadout_shard", spreadout_shards,
                                   tff_runtime.prepare_child) as shards, \
+       array_service.LocalServers("scripts.table_server", table_servers,
+                                  tff_runtime.prepare_child) as table, \
        process_memory.ProcessTreePeak() as peak:
     worker_list = [started] if workers == 1 else started
     processes = [psutil.Process()] + [psutil.Process(w.pid) for w in worker_list] + [
-        psutil.Process(p.pid) for p in shards.processes]
+        psutil.Process(p.pid) for p in shards.processes + table.processes]
     peers = {"workers": [w.address for w in worker_list],
-             **({"spreadout_shards": shards.addresses} if spreadout_shards else {})}
+             **({"spreadout_shards": shards.addresses} if spreadout_shards else {}),
+             **({"table_servers": table.addresses} if table_servers else {})}
     class_neighbours.use_remote_shards(shards.addresses)
+    served_table.use_table_servers(table.addresses)
     try:
       process = build_process()
-    finally:
-      class_neighbours.use_remote_shards([])  # The process holds its shards.
+    finally:  # The process holds its shards and servers.
+      class_neighbours.use_remote_shards([])
+      served_table.use_table_servers([])
     state = process.initialize()
     for _ in range(warmup_rounds):
       state = process.next(state, data).state
@@ -261,7 +286,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
     wire = _wire_bytes_per_round(wire_before, wire_bytes.totals(), peers, repeats)
     # The memory sampler is a thread of this process: not the driver's work.
     sampler = (peak.sampler_cpu_seconds() - sampler_before) / repeats
-    driver = cpu[0] - sampler
+    # Never below 0: the process's clock counts in ticks, the thread's finer.
+    driver = max(cpu[0] - sampler, 0.0)
     weights = process.get_model_weights(state).trainable
   model_bytes = 4 * (sum(int(np.prod(s)) for s in model.weight_shapes()) +
                      num_classes * model.embedding_dim)
@@ -273,14 +299,14 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
       spreadout["spreadout_neighbours"] = _spreadout_neighbours(
           model, clients, state["table"], seed)
   cpu_seconds = {"driver": round(driver, 3), "memory_sampler": round(sampler, 3),
-                 **_per_process(cpu, workers, spreadout_shards)}
+                 **_per_process(cpu, workers, servers)}
   return {"algorithm": algorithm, "bag": "whole" if oracle else bag, **spreadout,
           "num_classes": num_classes, "workers": workers, "warmup_rounds": warmup_rounds,
           **({"one_call_at_a_time": True} if one_call_at_a_time and workers > 1 else {}),
-          **({"spreadout_shards": spreadout_shards} if spreadout_shards else {}),
+          **{kind: count for kind, count in servers.items() if count},
           "cpu_seconds_per_round": cpu_seconds,
           "modelled_round": modelled_round(cpu_seconds),
-          "kernel_cpu_seconds_per_round": _per_process(kernel, workers, spreadout_shards),
+          "kernel_cpu_seconds_per_round": _per_process(kernel, workers, servers),
           "wire_bytes_per_round": wire,
           "weights_sha1": _digest(weights),
           "num_features": num_features, "clients_per_round": num_clients,

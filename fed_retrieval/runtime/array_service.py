@@ -17,6 +17,7 @@ call into a live one waits as long as it takes.
 import concurrent.futures
 import json
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -38,12 +39,12 @@ _KINDS = "biuf"  # Array kinds a message may hold: numbers only.
 
 
 class ServiceLost(RuntimeError):
-  """A served object stopped answering; the message names its address, and
-  `port` is its port."""
+  """A served object stopped answering; the message names its address,
+  `port` is its port and `flag` the flag that named it."""
 
-  def __init__(self, message: str, port: int):
+  def __init__(self, message: str, port: int, flag: str):
     super().__init__(message)
-    self.port = port
+    self.port, self.flag = port, flag
 
 
 def parse_address(address: str, flag: str) -> Tuple[str, int]:
@@ -176,6 +177,27 @@ def serve(port: int, target: Any, methods: Sequence[str],
     threading.Thread(target=answer, args=(sock,), daemon=True).start()
 
 
+def serve_until_stopped(port: int, target: Any, methods: Sequence[str], what: str) -> None:
+  """A server script's main: `serve`s `target` on `port` (a flag) until Ctrl-C
+  or SIGTERM, saying so once listening ("<what> listening on port P, ...");
+  a bad or busy port is one line and exit 2."""
+  def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+  if not 0 < port < 65536:
+    fail(f"--port must lie in 1..65535, got {port}")
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+  try:
+    serve(port, target, methods, ready=lambda: print(
+        f"{what} listening on port {port}, every interface; stop it with Ctrl-C or "
+        "SIGTERM", file=sys.stderr, flush=True))
+  except OSError as e:
+    fail(f"--port={port}: {e.strerror or e}; is the port in use?")
+  except KeyboardInterrupt:
+    pass
+
+
 class RemoteObject:
   """The object `serve`d at `address`: `call(method, *arrays)` -> its arrays.
   `what` names it in errors ("the spreadout index shard")."""
@@ -190,7 +212,7 @@ class RemoteObject:
 
   def _lost(self, why: str) -> ServiceLost:
     return ServiceLost(f"the {self._what} at {self.address} stopped answering ({why})",
-                       self.port)
+                       self.port, self._flag)
 
   def _open(self, timeout: float) -> socket.socket:
     return socket.create_connection((self.host, self.port), timeout=timeout)

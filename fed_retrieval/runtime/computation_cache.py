@@ -86,6 +86,16 @@ class ComputationCachingRemoteExecutor(tff.framework.RemoteExecutor):
         executor_pb2.ComputeRequest(executor=self._executor_id, value_ref=value_ref)),
                                       type_spec)
 
+  def placed(self) -> Tuple[str, str]:
+    """(the worker's address, this executor's id there), for a process that
+    creates or reads this executor's values by itself (`worker_values.placed`)."""
+    self._check_has_executor_id()
+    return self._stub.address, self._executor_id.id
+
+  def adopted(self, ref_id: str, type_spec) -> remote_executor.RemoteValue:
+    """The value another process created in this executor as `ref_id`."""
+    return remote_executor.RemoteValue(executor_pb2.ValueRef(id=ref_id), type_spec, self)
+
   def set_cardinalities(self, cardinalities) -> None:
     self._computations.clear()
     super().set_cardinalities(cardinalities)

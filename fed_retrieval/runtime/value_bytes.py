@@ -31,7 +31,7 @@ request and a `compute_bytes` that returns the response's bytes;
 `computation_cache`'s executor uses them when its stub is one.
 """
 
-from typing import Any, Iterator, List, Optional, Tuple, Union
+from typing import Any, List, Optional
 
 import grpc
 import numpy as np
@@ -48,23 +48,14 @@ from tensorflow_federated.python.core.impl.types import array_shape
 from tensorflow_federated.python.core.impl.types import dtype_utils
 from tensorflow_federated.python.core.impl.types import type_serialization
 
+from fed_retrieval.runtime import tff_wire
 from fed_retrieval.runtime import wire_bytes
 
-Part = Union[bytes, memoryview]
+Part = tff_wire.Part
 READY_WAIT_SECONDS = 0.1
 # A computed array of at least this many bytes is read as a view of its
 # response; a smaller one is copied out of it.
 VIEW_BYTES = 1 << 20
-_LENGTH_DELIMITED = 2
-
-
-def _varint(number: int) -> bytes:
-  out = bytearray()
-  while number > 0x7F:
-    out.append((number & 0x7F) | 0x80)
-    number >>= 7
-  out.append(number)
-  return bytes(out)
 
 
 def _number(message, name: str) -> int:
@@ -75,8 +66,7 @@ def _number(message, name: str) -> int:
 def _field(message, name: str, parts: List[Part]) -> List[Part]:
   """A length-delimited field `name` of `message` (a message class) holding
   `parts`: its header, then the parts."""
-  size = sum(len(p) for p in parts)
-  return [_varint((_number(message, name) << 3) | _LENGTH_DELIMITED) + _varint(size)] + parts
+  return tff_wire.field(_number(message, name), parts)
 
 
 def _array_parts(value: np.ndarray, type_spec: tff.TensorType) -> List[Part]:
@@ -144,49 +134,13 @@ def create_value_request(executor: executor_pb2.ExecutorId, value: Any,
       + _field(executor_pb2.CreateValueRequest, "value", value_parts(value, type_spec)))
 
 
-def _read_varint(data: memoryview, at: int) -> Tuple[int, int]:
-  """(the varint at `at`, where the next field part starts)."""
-  number, shift = 0, 0
-  while True:
-    byte = data[at]
-    number |= (byte & 0x7F) << shift
-    at, shift = at + 1, shift + 7
-    if byte < 0x80:
-      return number, at
-
-
-def _fields(data: memoryview) -> Iterator[Tuple[int, memoryview, memoryview]]:
-  """(number, value, the whole field) of each field of a message's wire
-  format, as views of `data`: a length-delimited value without its length."""
-  at = 0
-  while at < len(data):
-    start = at
-    tag, at = _read_varint(data, at)
-    wire_type = tag & 7
-    if wire_type == 0:
-      end = _read_varint(data, at)[1]
-    elif wire_type == _LENGTH_DELIMITED:
-      size, at = _read_varint(data, at)
-      end = at + size
-    elif wire_type in (1, 5):  # 64- and 32-bit fixed width.
-      end = at + (8 if wire_type == 1 else 4)
-    else:
-      raise ValueError(f"wire type {wire_type} in a TFF value's bytes")
-    yield tag >> 3, data[at:end], data[start:end]
-    at = end
-
-
-def _members(data: memoryview, number: int) -> List[memoryview]:
-  return [value for field, value, _ in _fields(data) if field == number]
-
-
 def _content_array(data: memoryview, type_spec: tff.TensorType):
   """The value of an `Array` message held as its bytes (`content`), None if
   TFF reads it otherwise (a scalar, strings)."""
   if type_spec.dtype.type is np.str_ or array_shape.is_shape_scalar(type_spec.shape):
     return None
   header, content = [], None
-  for number, value, whole in _fields(data):
+  for number, value, whole in tff_wire.fields(data):
     if number == _number(array_pb2.Array, "content"):
       content = value
     else:
@@ -203,7 +157,7 @@ def value_from_bytes(data: memoryview, type_spec: tff.types.Type) -> Any:
   """The value of a serialized `executor_pb2.Value` of `type_spec`, as TFF's
   `deserialize_value` gives it, a large array a view of `data` (module
   docstring)."""
-  (which, body, _), = _fields(data)  # A `Value` is one of its kinds.
+  (which, body, _), = tff_wire.fields(data)  # A `Value` is one of its kinds.
   if isinstance(type_spec, tff.TensorType) and which == _number(executor_pb2.Value, "array"):
     value = _content_array(body, type_spec)
     if value is not None:
@@ -211,18 +165,18 @@ def value_from_bytes(data: memoryview, type_spec: tff.types.Type) -> Any:
   elif isinstance(type_spec, tff.StructType) and which == _number(executor_pb2.Value,
                                                                    "struct"):
     element = executor_pb2.Value.Struct.Element
-    elements = _members(body, _number(executor_pb2.Value.Struct, "element"))
+    elements = tff_wire.members(body, _number(executor_pb2.Value.Struct, "element"))
     if len(elements) == len(type_spec):
       named = []
       for element_bytes, element_type in zip(elements, type_spec):
-        fields = {number: value for number, value, _ in _fields(element_bytes)}
+        fields = {number: value for number, value, _ in tff_wire.fields(element_bytes)}
         name = str(fields.get(_number(element, "name"), b""), "utf-8") or None
         named.append((name, value_from_bytes(fields[_number(element, "value")],
                                              element_type)))
       return structure.Struct(named)
   elif isinstance(type_spec, tff.FederatedType) and which == _number(executor_pb2.Value,
                                                                      "federated"):
-    members = _members(body, _number(executor_pb2.Value.Federated, "value"))
+    members = tff_wire.members(body, _number(executor_pb2.Value.Federated, "value"))
     if members:  # TFF's error otherwise.
       if type_spec.all_equal:  # TFF reads the first alone.
         return value_from_bytes(members[0], type_spec.member)
@@ -233,7 +187,8 @@ def value_from_bytes(data: memoryview, type_spec: tff.types.Type) -> Any:
 
 def computed_value(response: bytes, type_spec: tff.types.Type) -> Any:
   """The value of a serialized `executor_pb2.ComputeResponse` (`value_from_bytes`)."""
-  value, = _members(memoryview(response), _number(executor_pb2.ComputeResponse, "value"))
+  value, = tff_wire.members(memoryview(response),
+                            _number(executor_pb2.ComputeResponse, "value"))
   return value_from_bytes(value, type_spec)
 
 
@@ -276,7 +231,7 @@ class BytesStub(tff.framework.RemoteExecutorGrpcStub):
 
   def __init__(self, channel: grpc.Channel,  # pylint: disable=super-init-not-called
                address: Optional[str] = None):
-    self._channel = channel
+    self._channel, self.address = channel, address
     calls = channel if address is None else grpc.intercept_channel(channel, _Counted(address))
     self._stub = executor_pb2_grpc.ExecutorGroupStub(calls)
     service = executor_pb2.DESCRIPTOR.services_by_name["ExecutorGroup"].full_name

@@ -17,13 +17,17 @@ one with a `turn` (a lock, `tff_runtime.OneCallAtATime`) makes it in turn. A
 value with a member per client says how many clients it has, as a call's
 arguments must for TFF's context. A call's result can stay in the worker
 too (`invoke_holding`: a pair, the first part sent back, the second held
-for a later call), as a sub-model round's clients' bag keys do.
+for a later call), as a sub-model round's clients' bag keys do, or parts of
+it (`invoke_keeping`). Another process can create a value in a worker's
+executor, or read one held there, given where it is (`placed`); the driver
+then refers to what it created (`adopted`): a table server's rows
+(`served_table`).
 """
 
 import asyncio
 import contextlib
 import functools
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.executors import cardinality_carrying_base
@@ -84,31 +88,66 @@ def invoke_holding(context: Optional[Any], computation, clients: int, *args
   element, sent back as `invoke` sends a result; the second, left in the
   worker as a value a later call reads, with `clients` members when
   federated). Where the context cannot hold values both come back."""
+  (sent,), (held,) = invoke_keeping(context, computation, clients, (1,), *args)
+  return sent, held
+
+
+def invoke_keeping(context: Optional[Any], computation, clients: int,
+                   kept: Sequence[int], *args) -> Tuple[List[Any], List[Any]]:
+  """`computation(*args)`, whose result is a struct, run on `clients` clients
+  in the worker behind `context` (None: the default context): (its other
+  elements, sent back in one answer as `invoke` sends a result; its
+  elements at `kept`, left in the worker as values a later call, or another
+  process, reads, with `clients` members when federated). Where the context
+  cannot hold values every element comes back."""
   context = _context_or_default(context)
   factory = getattr(context, "executor_factory", None)
   if factory is None:
     result = invoke(context, computation, *args)
-    return result[0], result[1]
+    return ([result[i] for i in range(len(result)) if i not in kept],
+            [result[i] for i in kept])
   native = _native(computation)
   parameter, result_type = native.type_signature.parameter, computation.type_signature.result
+  sent_at = [i for i in range(len(result_type)) if i not in kept]
   executor = factory.create_executor({tff.CLIENTS: clients})
 
   async def call():
     elements = tff.structure.to_elements(parameter) if len(args) > 1 else [(None, parameter)]
-    made = [a if isinstance(a, remote_executor.RemoteValue) else
-            await executor.create_value(a, t) for a, (_, t) in zip(args, elements)]
+    made = [a if isinstance(a, remote_executor.RemoteValue) else  # TF's tensors as NumPy's.
+            await executor.create_value(tff.tensorflow.transform_args(a), t)
+            for a, (_, t) in zip(args, elements)]
     arg = made[0] if len(args) == 1 else await executor.create_struct(
         tff.structure.Struct([(name, m) for (name, _), m in zip(elements, made)]))
     result = await executor.create_call(
         await executor.create_value(native, native.type_signature), arg)
-    sent, held = [await executor.create_selection(result, i) for i in (0, 1)]
-    return await sent.compute(), held
+    sent = [await executor.create_selection(result, i) for i in sent_at]
+    sent = await (sent[0] if len(sent) == 1 else await executor.create_struct(sent)).compute()
+    return sent, [await executor.create_selection(result, i) for i in kept]
 
   with getattr(context, "turn", None) or contextlib.nullcontext():
     sent, held = asyncio.run(call())  # As in `created`.
-  sent = tff.tensorflow.transform_result(
-      type_conversions.type_to_py_container(sent, result_type[0]))
-  return sent, _counted(held, result_type[1], clients)
+  values = [sent] if len(sent_at) == 1 else [v for _, v in tff.structure.iter_elements(sent)]
+  sent = [tff.tensorflow.transform_result(type_conversions.type_to_py_container(
+      value, result_type[i])) for value, i in zip(values, sent_at)]
+  return sent, [_counted(h, result_type[i], clients) for h, i in zip(held, kept)]
+
+
+def placed(context: Optional[Any], clients: int) -> Tuple[str, str]:
+  """(the address of the worker behind `context` (None: the default
+  context), the id there of its executor for calls of `clients` clients):
+  where another process creates values a call reads and reads the values a
+  call left (`served_table`)."""
+  executor = _context_or_default(context).executor_factory.create_executor(
+      {tff.CLIENTS: clients})
+  return executor.placed()
+
+
+def adopted(context: Optional[Any], clients: int, ref_id: str, type_spec) -> Any:
+  """The value `ref_id`, of `type_spec`, that another process created in the
+  executor of `placed(context, clients)`, freed in the worker when dropped."""
+  executor = _context_or_default(context).executor_factory.create_executor(
+      {tff.CLIENTS: clients})
+  return _counted(executor.adopted(ref_id, type_spec), type_spec, clients)
 
 
 class _WithClients(remote_executor.RemoteValue, cardinality_carrying_base.CardinalityCarrying):

@@ -229,6 +229,11 @@ SPREADOUT_SHARDS = flags.DEFINE_list(
     "the rows; the server step's machine only merges their answers (default: the "
     "index on this machine).")
 
+TABLE_SERVERS = flags.DEFINE_list(
+    "table_servers", [],
+    "FedSS: the class table in ranges on these servers, host:port,... (python -m "
+    "scripts.table_server --port=PORT beside each worker); default: here.")
+
 # What --help lists (`scripts.cli.run(help_groups=...)`): (title, the --task
 # it serves or None for all, flags).
 LOOP_FLAGS = ("Federated training", None, (
@@ -247,6 +252,10 @@ FEDSS_FLAGS = ("FedSS (--algorithm=fedss and its baselines)", ("movielens", "xc"
 FEDAWS_FLAGS = ("FedAwS", "xc", (HINGE_MARGIN, SPREADOUT, SPREADOUT_K, SPREADOUT_LAMBDA,
                                  SPREADOUT_MARGIN, SPREADOUT_SEARCH, SPREADOUT_SHARDS))
 ALL_FLAGS = (LOOP_FLAGS, FEDAVG_FLAGS, DP_FLAGS, FEDSS_FLAGS, FEDAWS_FLAGS)
+# One run's (`scripts.train_federated`): FedSS's table servers too, which a
+# comparison's FedAwS runs cannot use.
+ONE_RUN_FLAGS = (LOOP_FLAGS, FEDAVG_FLAGS, DP_FLAGS,
+                 FEDSS_FLAGS[:2] + (FEDSS_FLAGS[2] + (TABLE_SERVERS,),), FEDAWS_FLAGS)
 
 
 def given(holder: flags.FlagHolder, default):
