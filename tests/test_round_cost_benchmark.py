@@ -108,6 +108,29 @@ def test_the_spreadouts_index_on_shard_processes_trains_as_the_index_here():
       "error: --local_spreadout_shards: FedAwS with --spreadout_search=approximate only")
 
 
+def test_fedss_class_table_on_server_processes_trains_as_the_table_here():
+  flags = ["--algorithm=fedss", "--num_classes=300", "--num_negatives=20"]
+  here, served = benchmark(*flags, "--local_table_servers=0,2")["runs"]
+  assert served["weights_sha1"] == here["weights_sha1"]
+  assert served["memory"]["processes"] == 4  # Python, its TFF worker, two servers.
+  assert (served["table_servers"], "table_servers" in here) == (2, False)
+  assert len(served["cpu_seconds_per_round"]["table_servers"]) == 2
+  wire, wire_here = served["wire_bytes_per_round"], here["wire_bytes_per_round"]
+  # The driver sends the workers no class rows, receives no class sums, and
+  # gets each server's range of the table: 150 rows of 64 floats.
+  assert wire["to_workers"][0] < wire_here["to_workers"][0]
+  assert wire["from_workers"][0] < wire_here["from_workers"][0]
+  assert min(wire["from_table_servers"]) > 150 * 64 * 4
+  # Each server sends its class rows a worker reads and receives their sums.
+  assert min(wire["table_servers_to_workers"] + wire["table_servers_from_workers"]) > 0
+  refused = run_module("scripts.benchmark_round_cost", "--algorithm=fedaws",
+                       "--local_table_servers=2")
+  assert refused.returncode == 2
+  assert refused.stderr.strip().splitlines()[-1] == (
+      "error: --local_table_servers: FedSS only (FedAwS's spreadout step reads the "
+      "whole table each round)")
+
+
 def test_sittings_run_the_configurations_in_turn_and_give_the_median_ratio():
   report = benchmark("--algorithm=fedss", "--num_classes=300,600", "--num_negatives=20",
                      "--sittings=3")

@@ -23,7 +23,7 @@ import numpy as np
 from fed_retrieval.algorithms import row_sums
 from fed_retrieval.runtime import tff_wire
 
-SERVED = ("load", "clear", "make_rows", "fold", "add_means", "rows")
+SERVED = ("load", "clear", "make_rows", "fold", "add_means", "rows", "traffic")
 _SERVICE = "/tensorflow_federated.v0.ExecutorGroup/"
 # As the driver's channels (`tff_runtime`): a call's sums exceed gRPC's 4 MB.
 _GRPC_OPTIONS = [("grpc.max_receive_message_length", 2 * 1000 * 1000 * 1000),
@@ -46,11 +46,14 @@ class TableRange:
   def __init__(self):
     self._first, self._rows, self._sums = 0, np.zeros((0, 0), np.float32), None
     self._channels: Dict[str, grpc.Channel] = {}
+    self._bytes = np.zeros(2, np.int64)  # Sent to the workers, received.
 
   def _call(self, address: str, method: str, request: bytes) -> bytes:
     if address not in self._channels:
       self._channels[address] = grpc.insecure_channel(address, options=_GRPC_OPTIONS)
-    return self._channels[address].unary_unary(_SERVICE + method)(request)
+    response = self._channels[address].unary_unary(_SERVICE + method)(request)
+    self._bytes += (len(request), len(response))
+    return response
 
   def load(self, first: np.ndarray, rows: np.ndarray, row_mean: np.ndarray) -> tuple:
     """The range is rows [first, first + len(rows)), now `rows`; a round's
@@ -64,15 +67,16 @@ class TableRange:
     self._sums.clear()
     return ()
 
-  def make_rows(self, address: np.ndarray, executor: np.ndarray, federated_type: np.ndarray,
-                keys: np.ndarray) -> tuple:
+  def make_rows(self, address: np.ndarray, executor: np.ndarray,
+                federated_type: np.ndarray, keys: np.ndarray) -> tuple:
     """The rows of `keys` (the table's, sorted, within the range) created in
     the executor `executor` of the worker at `address` as a value of the
     serialized `federated_type`: ([its id there as bytes])."""
     request = tff_wire.create_value_request(
         _read(executor), bytes(np.asarray(federated_type, np.uint8)),
         self._rows[np.asarray(keys, np.int64) - self._first])
-    return (text(tff_wire.created_ref(self._call(_read(address), "CreateValue", request))),)
+    response = self._call(_read(address), "CreateValue", request)
+    return (text(tff_wire.created_ref(response)),)
 
   def fold(self, address: np.ndarray, executor: np.ndarray, ref: np.ndarray,
            weight: np.ndarray) -> tuple:
@@ -95,3 +99,8 @@ class TableRange:
 
   def rows(self) -> Tuple[np.ndarray]:
     return (self._rows,)
+
+  def traffic(self) -> Tuple[np.ndarray]:
+    """([bytes sent to the workers, received from them] so far): what a
+    server adds to its machine's link (messages, not their gRPC framing)."""
+    return (self._bytes.copy(),)

@@ -153,7 +153,8 @@ def _digest(weights) -> str:
 def busiest_worker_shares(runs: Sequence[Dict[str, Any]]) -> List[Optional[float]]:
   """For each run on several workers, its busiest worker's CPU seconds a round
   over those of the one worker of the run at the same classes, spreadout
-  shards and table servers (what N machines would each take of one's work); None for the rest."""
+  shards and table servers (what N machines would each take of one's
+  work); None for the rest."""
   def kind(r):
     return r["num_classes"], r.get("spreadout_shards", 0), r.get("table_servers", 0)
 
@@ -216,7 +217,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   as many local `scripts.spreadout_shard` processes, whose CPU seconds (and
   the kernel's) and bytes a round are stated too; with `table_servers`
   (FedSS), the class table is held in as many local `scripts.table_server`
-  processes (`served_table`), stated alike. From the CPU seconds, the
+  processes (`served_table`), stated alike, with each one's bytes a round to
+  and from the workers. From the CPU seconds, the
   round on as many machines as workers (`modelled_round`).
   FedAwS's report adds how its spreadout found neighbours and, when
   approximately, how they compare with the exact search's on the final table,
@@ -274,6 +276,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
     class_neighbours.settle_moves()
     seconds, cpu_before = [], [_cpu_seconds(p) for p in processes]
     wire_before = wire_bytes.totals()
+    served = [served_table.RemoteRange(a) for a in table.addresses]
+    served_before = [s.traffic()[0] for s in served]
     sampler_before = peak.sampler_cpu_seconds()
     for _ in range(repeats):
       start = time.perf_counter()
@@ -284,6 +288,10 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
     cpu, kernel = ([(after[i] - before[i]) / repeats
                     for after, before in zip(cpu_after, cpu_before)] for i in (0, 1))
     wire = _wire_bytes_per_round(wire_before, wire_bytes.totals(), peers, repeats)
+    if served:  # Each table server's with the workers.
+      moved = [(s.traffic()[0] - before) // repeats for s, before in zip(served, served_before)]
+      wire["table_servers_to_workers"] = [int(m[0]) for m in moved]
+      wire["table_servers_from_workers"] = [int(m[1]) for m in moved]
     # The memory sampler is a thread of this process: not the driver's work.
     sampler = (peak.sampler_cpu_seconds() - sampler_before) / repeats
     # Never below 0: the process's clock counts in ticks, the thread's finer.
