@@ -8,11 +8,11 @@ tree, the TFF worker included), bytes down and up per client and their share
 of the model; FedAwS adds how its spreadout found neighbours and their recall.
 Several --num_classes, --local_workers, --local_spreadout_shards or
 --local_table_servers run one after another, each in a child process of its
-own (its memory its own), and print {"runs": [...], "seconds_ratio_to_first": [...]}: side by side in one
-sitting. With --sittings=N the configurations run in turn N times, so a
-machine's drift falls on each alike: the ratios are the median of the
-sittings' own (each sitting's seconds and ratios are printed; "runs" are the
-first sitting's).
+own (its memory its own), and print {"runs": [...],
+"seconds_ratio_to_first": [...]}: side by side in one sitting. With
+--sittings=N the configurations run in turn N times, so a machine's drift
+falls on each alike: the ratios are the median of the sittings' own (each
+sitting's seconds and ratios are printed; "runs" are the first sitting's).
 Each configuration's timed rounds follow --warmup_rounds untimed ones, by
 default as many as the most workers of --local_workers.
 On several workers each run states the CPU seconds a round of the driver

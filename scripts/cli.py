@@ -197,6 +197,7 @@ def run(main: Callable[[Sequence[str]], None],
       if "table_servers" in flags.FLAGS and flags.FLAGS.table_servers:
         tff_runtime.refuse_untrusted("table_servers", flags.FLAGS.table_servers,
                                      flags.FLAGS.trusted_network)
+        # Imported here: it imports TFF.
         from fed_retrieval.algorithms import served_table  # pylint: disable=g-import-not-at-top
         served_table.use_table_servers(flags.FLAGS.table_servers)
       main(argv)

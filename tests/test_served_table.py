@@ -26,4 +26,5 @@ def test_a_run_on_table_servers_is_the_run_here_and_a_lost_server_resumes_identi
 
 
 def test_a_table_server_that_does_not_answer_is_one_line_and_exit_2(tmp_path):
-  check_a_silent_server_is_one_line(tmp_path, QUICK_FEDSS, "table_servers", "table server")
+  check_a_silent_server_is_one_line(tmp_path, QUICK_FEDSS, "table_servers",
+                                    "table server")

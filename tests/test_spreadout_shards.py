@@ -215,7 +215,8 @@ def test_a_run_on_shards_is_the_run_here_and_a_lost_shard_resumes_identically(tm
 
 
 def test_a_shard_that_does_not_answer_is_one_line_and_exit_2(tmp_path):
-  check_a_silent_server_is_one_line(tmp_path, QUICK_FEDAWS, "spreadout_shards", "spreadout index shard")
+  check_a_silent_server_is_one_line(tmp_path, QUICK_FEDAWS, "spreadout_shards",
+                                    "spreadout index shard")
 
 
 @pytest.mark.parametrize("flags,message", [

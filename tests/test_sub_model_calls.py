@@ -123,7 +123,7 @@ def test_row_sums_added_in_parts_equal_one_sum_by_hand(row_mean):
   deltas = [np.full((2, 2), v, np.float32) for v in (1.0, 2.0, 4.0)]
   weights = [1.0, 3.0, 2.0]
   scaled = row_mean == "clients"
-  one_by_one, summed = (row_sums.RowSums(6, 2, row_mean), row_sums.RowSums(6, 2, row_mean))
+  one_by_one, summed = row_sums.RowSums(6, 2, row_mean), row_sums.RowSums(6, 2, row_mean)
   for sums in (one_by_one, summed):
     sums.add(sub_model_answers.client_parts(keys[:1], deltas[:1], real[:1], weights[:1],
                                             scaled))

@@ -62,8 +62,9 @@ def test_a_create_value_request_is_tffs_of_the_rows_at_the_clients():
 def _array(value: np.ndarray, packed: bool = True) -> executor_pb2.Value:
   shape = array_pb2.ArrayShape(dim=value.shape)
   if not packed:  # Each dim a field of its own, as an unpacked writer sends it.
-    shape = array_pb2.ArrayShape.FromString(b"".join(
-        tff_wire.varint(tff_wire.SHAPE_DIM << 3) + tff_wire.varint(d) for d in value.shape))
+    tag = tff_wire.varint(tff_wire.SHAPE_DIM << 3)  # A varint field's.
+    shape = array_pb2.ArrayShape.FromString(
+        b"".join(tag + tff_wire.varint(d) for d in value.shape))
   return executor_pb2.Value(array=array_pb2.Array(
       dtype=data_type_pb2.DataType.Value("DT_FLOAT" if value.dtype == np.float32
                                          else "DT_INT32"),

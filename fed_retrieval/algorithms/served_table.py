@@ -4,7 +4,8 @@ workers are added (`scripts.table_server`, `table_range.TableRange`).
 
 Server i holds rows [bounds[i], bounds[i + 1]) (`range_bounds`). A round:
 1. `ensure(table)`: the servers hold the state's table (loaded unless it is
-   the table the last round ended with), nothing summed.
+   the array the last round ended with: a state's table is never changed in
+   place), nothing summed.
 2. `worker_rows`: each server creates in a worker's executor the rows of
    its range that the worker's calls read, the pieces a call gathers from
    (`sub_model_clients.ClientRound` with `table_bounds`).
@@ -104,8 +105,8 @@ class ServedTable:
     """The rows of `keys` (sorted) as pieces, a server's each, made in the
     worker behind `context` for its calls of `clients` clients (step 2)."""
     address, executor = worker_values.placed(context, clients)
-    federated = np.frombuffer(
-        type_serialization.serialize_type(type_spec).federated.SerializeToString(), np.uint8)
+    federated = type_serialization.serialize_type(type_spec).federated
+    federated = np.frombuffer(federated.SerializeToString(), np.uint8)
     splits = np.searchsorted(keys, self.bounds)
     count = len(self._servers)
     refs = self._each("make_rows", [table_range.text(address)] * count,
@@ -118,7 +119,7 @@ class ServedTable:
     """Queues each server's read of its piece of a call's sums, which the
     call of `clients` clients left in the worker behind `context`; the call's
     clients weigh `weight` (step 3). Returns at once."""
-    address, executor = (table_range.text(t) for t in worker_values.placed(context, clients))
+    address, executor = map(table_range.text, worker_values.placed(context, clients))
     for queue, server, piece in zip(self._queues, self._servers, pieces):
       # `piece` lives (in the worker) until its server has read it.
       self._folds.append(queue.submit(
@@ -135,9 +136,3 @@ class ServedTable:
     self._each("add_means", [np.float64(rate)] * len(self._servers))
     self._loaded = np.concatenate([rows for rows, in self._each("rows")])
     return self._loaded
-
-  def close(self) -> None:
-    for queue in self._queues:
-      queue.shutdown()
-    for server in self._servers:
-      server.remote.close()

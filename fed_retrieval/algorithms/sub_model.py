@@ -398,13 +398,14 @@ class SubModelProcess:
       make_rows = functools.partial(self._served.worker_rows,
                                     type_spec=self._round.worker_rows_type)
     else:
-      make_rows = sub_model_answers.table_rows(state["table"], self._round.worker_rows_type)
+      make_rows = sub_model_answers.table_rows(state["table"],
+                                               self._round.worker_rows_type)
     class_rows = (sub_model_answers.RoundRows(
         self._num_rows, make_rows, [np.asarray(k[0]) for k in keys], calls, workers)
                   if spec.sharded else None)
-    bag = np.asarray(state["tower"][0]) if self._bagged else None
     bags = (sub_model_answers.RoundRows(
-        self._bag_rows, sub_model_answers.table_rows(bag, self._round.worker_bag_type),
+        self._bag_rows, sub_model_answers.table_rows(np.asarray(state["tower"][0]),
+                                                     self._round.worker_bag_type),
         [np.asarray(k[2]) for k in keys], calls, workers)
             if spec.sharded and self._bagged else None)
     for round_rows in class_rows, bags:  # In turn, before the calls' threads start.
@@ -464,8 +465,9 @@ class SubModelProcess:
     spec = self._spec
     if spec.sharded:
       answers, call_bag = sub_model_answers.shard_answers(keys, worker_rows, worker_bag)
-      args = ((dense,) + (() if call_bag is None else ((call_bag.keys, call_bag.in_worker),)),
-              *(worker_rows.rows if self._served else [worker_rows.rows]),
+      broadcast = (dense,) + (() if call_bag is None else
+                              ((call_bag.keys, call_bag.in_worker),))
+      args = (broadcast, *(worker_rows.rows if self._served else [worker_rows.rows]),
               *(() if call_bag is None else (worker_bag.rows,)), answers,
               *(() if call_bag is None else (bag_keys,)), client_data_)
       if self._served is not None:

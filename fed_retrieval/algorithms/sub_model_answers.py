@@ -65,7 +65,8 @@ class RoundRows:
   (`of_call`), or for every group at once (`make_all`)."""
 
   def __init__(self, num_rows: int, make: Callable[[Any, np.ndarray, int], Any],
-               keys: Sequence[np.ndarray], calls: Sequence[Tuple[int, int]], workers: int):
+               keys: Sequence[np.ndarray], calls: Sequence[Tuple[int, int]],
+               workers: int):
     """`keys`: the rows of the table (of `num_rows` rows) each TFF client of
     the round reads (any shape, repeats allowed); `make(context, keys,
     clients)`: those rows (sorted keys) made in the worker behind `context`
@@ -168,5 +169,6 @@ def sums_part(keys: np.ndarray, sums, weights: List[float], table_rows: int,
   reads every row); `holders`: how many of its clients held each (the class
   rows')."""
   sums = np.asarray(sums)
-  return row_sums.RowParts([keys], [sums], [] if holders is None else [np.asarray(holders)],
-                  weights, dense=len(sums) == table_rows)
+  holders = [] if holders is None else [np.asarray(holders)]
+  return row_sums.RowParts([keys], [sums], holders, weights,
+                           dense=len(sums) == table_rows)

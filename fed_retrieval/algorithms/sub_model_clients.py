@@ -488,7 +488,8 @@ class ClientRound:
       @tff.tensorflow.computation(tff.StructWithPythonType(
           [self.broadcast_type] + [t.member for t in at_clients], tuple))
       def shard_update(args):
-        broadcast, worker_rows, rest = args[0], args[1:1 + self.pieces], args[1 + self.pieces:]
+        broadcast, worker_rows = args[0], args[1:1 + self.pieces]
+        rest = args[1 + self.pieces:]
         if self.bagged:
           worker_bag, answer, bag_keys, data = rest
           return train(broadcast, answer, data, worker_rows, worker_bag, bag_keys)

@@ -177,7 +177,8 @@ def serve(port: int, target: Any, methods: Sequence[str],
     threading.Thread(target=answer, args=(sock,), daemon=True).start()
 
 
-def serve_until_stopped(port: int, target: Any, methods: Sequence[str], what: str) -> None:
+def serve_until_stopped(port: int, target: Any, methods: Sequence[str], what: str
+                        ) -> None:
   """A server script's main: `serve`s `target` on `port` (a flag) until Ctrl-C
   or SIGTERM, saying so once listening ("<what> listening on port P, ...");
   a bad or busy port is one line and exit 2."""

@@ -113,7 +113,8 @@ def invoke_keeping(context: Optional[Any], computation, clients: int,
 
   async def call():
     elements = tff.structure.to_elements(parameter) if len(args) > 1 else [(None, parameter)]
-    made = [a if isinstance(a, remote_executor.RemoteValue) else  # TF's tensors as NumPy's.
+    # TF's tensors as NumPy's.
+    made = [a if isinstance(a, remote_executor.RemoteValue) else
             await executor.create_value(tff.tensorflow.transform_args(a), t)
             for a, (_, t) in zip(args, elements)]
     arg = made[0] if len(args) == 1 else await executor.create_struct(
@@ -121,12 +122,14 @@ def invoke_keeping(context: Optional[Any], computation, clients: int,
     result = await executor.create_call(
         await executor.create_value(native, native.type_signature), arg)
     sent = [await executor.create_selection(result, i) for i in sent_at]
-    sent = await (sent[0] if len(sent) == 1 else await executor.create_struct(sent)).compute()
+    sent = sent[0] if len(sent) == 1 else await executor.create_struct(sent)
+    sent = await sent.compute()
     return sent, [await executor.create_selection(result, i) for i in kept]
 
   with getattr(context, "turn", None) or contextlib.nullcontext():
     sent, held = asyncio.run(call())  # As in `created`.
-  values = [sent] if len(sent_at) == 1 else [v for _, v in tff.structure.iter_elements(sent)]
+  values = ([sent] if len(sent_at) == 1 else
+            [v for _, v in tff.structure.iter_elements(sent)])
   sent = [tff.tensorflow.transform_result(type_conversions.type_to_py_container(
       value, result_type[i])) for value, i in zip(values, sent_at)]
   return sent, [_counted(h, result_type[i], clients) for h, i in zip(held, kept)]
