@@ -1,12 +1,24 @@
 """A FedSS run whose class table is held by table servers (`served_table`,
-`scripts.table_server`): the run here, to the last digit, and a server that
-is lost mid-run named in one line, the run resuming identically."""
+`scripts.table_server`): the run here, to the last digit; a server that is
+lost mid-run named in one line, the run resuming identically; its TFF worker
+killed mid-run replaced, the run ending as the run here."""
 
+import os
+import signal
+
+import portpicker
 import pytest
 
 from fed_retrieval.algorithms import served_table
+from tests.script_runs import gone
+from tests.script_runs import results_of
+from tests.script_runs import run_module
+from tests.script_runs import start_module
+from tests.script_runs import wait_for_round
+from tests.script_runs import workers_of
 from tests.server_runs import check_a_lost_server_resumes
 from tests.server_runs import check_a_silent_server_is_one_line
+from tests.server_runs import start_servers
 
 QUICK_FEDSS = ["--task=xc", "--synthetic_xc=xc_tiny", "--algorithm=fedss",
                "--partition=k_labels_per_client", "--rounds=8", "--clients_per_round=20",
@@ -28,3 +40,34 @@ def test_a_run_on_table_servers_is_the_run_here_and_a_lost_server_resumes_identi
 def test_a_table_server_that_does_not_answer_is_one_line_and_exit_2(tmp_path):
   check_a_silent_server_is_one_line(tmp_path, QUICK_FEDSS, "table_servers",
                                     "table server")
+
+
+@pytest.mark.runs_long
+def test_a_worker_killed_beside_table_servers_is_replaced_and_the_run_ends_the_same(
+    tmp_path):
+  """The servers hold values in the dead worker; the new worker's round
+  gets its rows anew from them, and the run ends as the run here."""
+  # Rounds enough that the kill at round 3 lands before the end.
+  args = [a for a in QUICK_FEDSS if not a.startswith("--rounds=")] + ["--rounds=20"]
+  here = run_module("scripts.train_federated", *args, f"--output_dir={tmp_path}/here")
+  assert here.returncode == 0, here.stderr[-3000:]
+  ports = [portpicker.pick_unused_port() for _ in range(2)]
+  servers = start_servers("scripts.table_server", *ports)
+  try:
+    run = start_module("scripts.train_federated", *args,
+                       "--table_servers=" + ",".join(f"localhost:{p}" for p in ports),
+                       f"--output_dir={tmp_path}/served")
+    wait_for_round(str(tmp_path / "served"), 3)
+    (worker,) = workers_of(run.pid)
+    os.kill(worker, signal.SIGKILL)
+    _, stderr = run.communicate(timeout=300)
+    assert run.returncode == 0, stderr[-3000:]
+    assert f"the TFF worker (pid {worker}) died (killed by signal SIGKILL" in stderr
+    served = results_of(tmp_path / "served")
+    assert served.pop("worker_restarts") == 1
+    assert served["test"] == results_of(tmp_path / "here")["test"]
+    assert gone({worker}, 1.0)
+  finally:
+    for server in servers:
+      server.kill()
+      server.wait()
