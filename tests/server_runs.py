@@ -1,6 +1,7 @@
-"""A training run on servers beside its workers (`scripts.spreadout_shard`,
-`scripts.table_server`): the run here, and one of its servers lost mid-run,
-named in one line, started again and the run resumed, the same results."""
+"""A training run on servers beside its workers (`scripts.worker`,
+`scripts.spreadout_shard`, `scripts.table_server`): the run here, and one of
+its servers lost mid-run, named in one line, started again and the run
+resumed, the same results."""
 
 import signal
 import time
@@ -12,6 +13,20 @@ from tests.script_runs import results_of
 from tests.script_runs import run_module
 from tests.script_runs import start_module
 from tests.script_runs import wait_for_round
+
+
+def start_workers(*ports):
+  """One scripts.worker per port (forked children: `start_module`), started
+  together, once each answers."""
+  processes = [start_module("scripts.worker", f"--port={port}") for port in ports]
+  for port, process in zip(ports, processes):
+    deadline = time.monotonic() + 120
+    while "\n" not in process.stderr.read() and process.poll() is None:
+      assert time.monotonic() < deadline, "the worker never answered"
+      time.sleep(0.05)
+    output = process.stderr.read()
+    assert f"listening on port {port}" in output.split("\n", 1)[0], output
+  return processes
 
 
 def start_servers(module: str, *ports):

@@ -1,7 +1,9 @@
 """A FedSS run whose class table is held by table servers (`served_table`,
 `scripts.table_server`): the run here, to the last digit; a server that is
 lost mid-run named in one line, the run resuming identically; its TFF worker
-killed mid-run replaced, the run ending as the run here."""
+killed mid-run replaced, the run ending as the run here; a remote worker
+killed mid-run named, and the re-run on the same servers resuming to the
+run here."""
 
 import os
 import signal
@@ -19,6 +21,7 @@ from tests.script_runs import workers_of
 from tests.server_runs import check_a_lost_server_resumes
 from tests.server_runs import check_a_silent_server_is_one_line
 from tests.server_runs import start_servers
+from tests.server_runs import start_workers
 
 QUICK_FEDSS = ["--task=xc", "--synthetic_xc=xc_tiny", "--algorithm=fedss",
                "--partition=k_labels_per_client", "--rounds=8", "--clients_per_round=20",
@@ -71,3 +74,38 @@ def test_a_worker_killed_beside_table_servers_is_replaced_and_the_run_ends_the_s
     for server in servers:
       server.kill()
       server.wait()
+
+
+@pytest.mark.runs_long
+def test_a_remote_worker_killed_beside_table_servers_is_named_and_the_rerun_resumes(
+    tmp_path):
+  """The servers keep their channel to the worker's address: the worker
+  started again there takes the re-run's rows from them."""
+  here = run_module("scripts.train_federated", *QUICK_FEDSS, f"--output_dir={tmp_path}/here")
+  assert here.returncode == 0, here.stderr[-3000:]
+  worker_ports, server_ports = ([portpicker.pick_unused_port() for _ in range(2)]
+                                for _ in range(2))
+  workers = start_workers(*worker_ports)
+  servers = start_servers("scripts.table_server", *server_ports)
+  args = [*QUICK_FEDSS, "--workers=" + ",".join(f"localhost:{p}" for p in worker_ports),
+          "--table_servers=" + ",".join(f"localhost:{p}" for p in server_ports),
+          f"--output_dir={tmp_path}/remote"]
+  try:
+    run = start_module("scripts.train_federated", *args)
+    wait_for_round(str(tmp_path / "remote"), 3)
+    workers[0].kill()  # The worker a 20-client round's one call goes to.
+    assert run.wait(timeout=60) == 3
+    port = worker_ports[0]
+    assert run.stderr.read().strip().splitlines()[-1] == (
+        f"error: the TFF worker at localhost:{port} stopped answering (its connection "
+        f"failed); start it again (python -m scripts.worker --port={port}) and re-run "
+        "the same command to resume from the last checkpoint")
+    workers[0].wait()
+    (workers[0],) = start_workers(port)
+    resumed = run_module("scripts.train_federated", *args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert results_of(tmp_path / "remote")["test"] == results_of(tmp_path / "here")["test"]
+  finally:
+    for process in workers + servers:
+      process.kill()
+      process.wait()

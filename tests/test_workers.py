@@ -12,25 +12,11 @@ from tests.script_runs import results_of
 from tests.script_runs import run_code
 from tests.script_runs import run_module
 from tests.script_runs import run_script
-from tests.script_runs import start_module
 from tests.script_runs import wait_for_round
 from tests.script_runs import workers_of
+from tests.server_runs import start_workers
 
 THREE_SHARDS = ["--client_shards=3", "--rounds=10"]
-
-
-def start_workers(*ports):
-  """One scripts.worker per port (forked children: `start_module`), started
-  together, once each answers."""
-  processes = [start_module("scripts.worker", f"--port={port}") for port in ports]
-  for port, process in zip(ports, processes):
-    deadline = time.monotonic() + 120
-    while "\n" not in process.stderr.read() and process.poll() is None:
-      assert time.monotonic() < deadline, "the worker never answered"
-      time.sleep(0.05)
-    output = process.stderr.read()
-    assert f"listening on port {port}" in output.split("\n", 1)[0], output
-  return processes
 
 
 def stop(worker):

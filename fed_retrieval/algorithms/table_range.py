@@ -49,9 +49,20 @@ class TableRange:
     self._bytes = np.zeros(2, np.int64)  # Sent to the workers, received.
 
   def _call(self, address: str, method: str, request: bytes) -> bytes:
-    if address not in self._channels:
-      self._channels[address] = grpc.insecure_channel(address, options=_GRPC_OPTIONS)
-    response = self._channels[address].unary_unary(_SERVICE + method)(request)
+    """`method` of the worker at `address`. A worker started again at an
+    address keeps it, while this server's channel may still hold the old
+    process's connection (idle since, never told it broke): a call that
+    finds it unavailable is made once more on a new channel."""
+    for attempt in range(2):
+      if address not in self._channels:
+        self._channels[address] = grpc.insecure_channel(address, options=_GRPC_OPTIONS)
+      try:
+        response = self._channels[address].unary_unary(_SERVICE + method)(request)
+        break
+      except grpc.RpcError as e:
+        if attempt or e.code() != grpc.StatusCode.UNAVAILABLE:
+          raise
+        self._channels.pop(address).close()
     self._bytes += (len(request), len(response))
     return response
 
