@@ -143,6 +143,14 @@ ROW_MEANS = ("holders", "clients")
 # alone): a round of thousands holds one call's answers and uploads at a
 # time, its row deltas summed as the calls return (FedAwS at Amazon-670K's
 # shape, 4,000 clients a round in one call, was killed for memory here).
+# Fewer, larger calls cost the driver less: each call's bag sums come back
+# whole (35 MB at that shape). 12 calls of 334 instead of 8 of 500 (the
+# busiest of 3 workers' floor 1/3, not 3/8) took the driver 1.23-1.32 CPU s
+# a round against 0.91-0.93, its share of the modelled round at N = 3 0.124
+# against 0.086, and one worker 12.2 CPU s against 11.4; the busiest of
+# three read 0.384x against 0.458x, within this machine's spread (FedAwS
+# beside 3 shards, the one-call line of `make benchmark-round-cost`, one
+# sitting each).
 MAX_CLIENTS_PER_CALL = 500
 FLOAT_BYTES = 4
 KEY_BYTES = 4
