@@ -2,7 +2,8 @@
 
 One target per module: `py_test` for `tests/test_*.py`, `py_binary` for the
 entry points in `scripts/`, `py_library` for the rest; `deps` are the project
-modules a file imports, `data` the scripts a test runs as `python -m scripts.X`.
+modules a file imports, `data` the scripts a test or its helpers run as
+`python -m scripts.X`.
 Run `python tools/build_files.py` after adding, moving or re-importing a module;
 tests/test_build_files.py fails while a BUILD file is stale.
 """
@@ -60,6 +61,22 @@ def _target_name(name: str, package: str) -> str:
   return package.rpartition(".")[2] if name == "__init__" else name
 
 
+def scripts_run(path: str, modules: Dict[str, str]) -> Set[str]:
+  """The scripts that `path`, or a test helper it imports (a module of
+  tests/, in turn), runs as `python -m scripts.X`: a test's data (a
+  library's data would pull the scripts' toolchain into `bazel query`)."""
+  found, seen, waiting = set(), {path}, [path]
+  while waiting:
+    current = waiting.pop()
+    with open(os.path.join(ROOT, current)) as f:
+      found |= set(_SCRIPT_RUN.findall(f.read()))
+    helpers = {modules[m] for m in imported_modules(current, modules)
+               if modules[m].startswith("tests/")} - seen
+    seen |= helpers
+    waiting += sorted(helpers)
+  return found
+
+
 def imported_modules(path: str, modules: Dict[str, str]) -> Set[str]:
   with open(os.path.join(ROOT, path)) as f:
     tree = ast.parse(f.read(), path)
@@ -100,9 +117,8 @@ def build_file(directory: str, modules: Dict[str, str]) -> str:
     else:
       rule = "py_library"
     deps = sorted({_label(m) for m in imported_modules(path, modules) if m != module})
-    with open(os.path.join(ROOT, path)) as f:
-      data = sorted({f"//scripts:{s}" for s in _SCRIPT_RUN.findall(f.read())}
-                    if rule == "py_test" else set())
+    data = sorted({f"//scripts:{s}" for s in scripts_run(path, modules)}
+                  if rule == "py_test" else set())
     lines += ["", f"{rule}(", f"    name = \"{_target_name(name, package)}\",",
               f"    srcs = [\"{os.path.basename(path)}\"],"]
     lines += _list("deps", [d for d in deps if d != f"//{directory}:{name}"])
