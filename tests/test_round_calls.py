@@ -88,7 +88,7 @@ def test_a_process_with_a_python_server_is_called_the_same_way():
 
 
 @pytest.mark.parametrize("clients,shards,expected", [
-    (6, 0, 6), (6, 2, 2), (1, 2, 1), (500, 2, 2), (501, 2, 3), (4000, 2, 16), (4000, 20, 20)])
+    (6, 0, 6), (6, 2, 2), (1, 2, 1), (700, 2, 2), (701, 2, 3), (4000, 2, 12), (4000, 20, 20)])
 def test_a_shard_holds_at_most_its_cap_of_clients(clients, shards, expected):
-  assert round_calls.MAX_CLIENTS_PER_SHARD == 250
+  assert round_calls.MAX_CLIENTS_PER_SHARD == 350
   assert round_calls.tff_clients(clients, shards) == expected

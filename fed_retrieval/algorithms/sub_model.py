@@ -143,15 +143,15 @@ ROW_MEANS = ("holders", "clients")
 # alone): a round of thousands holds one call's answers and uploads at a
 # time, its row deltas summed as the calls return (FedAwS at Amazon-670K's
 # shape, 4,000 clients a round in one call, was killed for memory here).
-# Fewer, larger calls cost the driver less: each call's bag sums come back
-# whole (35 MB at that shape). 12 calls of 334 instead of 8 of 500 (the
-# busiest of 3 workers' floor 1/3, not 3/8) took the driver 1.23-1.32 CPU s
-# a round against 0.91-0.93, its share of the modelled round at N = 3 0.124
-# against 0.086, and one worker 12.2 CPU s against 11.4; the busiest of
-# three read 0.384x against 0.458x, within this machine's spread (FedAwS
-# beside 3 shards, the one-call line of `make benchmark-round-cost`, one
-# sitting each).
-MAX_CLIENTS_PER_CALL = 500
+# Fewer, larger calls cost the driver less (each call's bag sums come back
+# whole: 35 MB at that shape), and the papers' 4,000 clients make 6 calls
+# of 667, as many on each of 1, 2, 3 or 6 workers. FedAwS beside 3 shards,
+# the one-call line of `make benchmark-round-cost`, one sitting each: with
+# 8 calls of 500 (floor 3/8 on 3 workers) the driver took 0.91-0.93 CPU s a
+# round, one worker 11.4, the busiest of three 0.458x; with 12 of 334 (floor
+# 1/3) 1.23-1.32, 12.2 and 0.384x, the driver 0.124 of the round modelled
+# at N = 3; with 6 of 667, 0.84-0.86, 11.2 and 0.351x, the tree as with 500.
+MAX_CLIENTS_PER_CALL = 700
 FLOAT_BYTES = 4
 KEY_BYTES = 4
 # (a client's examples: its batches as one batch, round seed [2] int64: (seed,
