@@ -20,11 +20,11 @@ Server i holds rows [bounds[i], bounds[i + 1]) (`range_bounds`). A round:
 FedSS at Amazon-670K's shape, 4,000 clients a round, 3 workers taking
 their calls in turn and 3 servers (`scripts.benchmark_round_cost
 --local_workers=1,3 --local_table_servers=0,3 --one_call_at_a_time
---sittings=2`): the driver 1.84 -> 0.68 CPU s a round, 0.172-0.178 ->
-0.076-0.079 of the round modelled on 3 machines; each server 0.39-0.40 CPU
-s; the driver's bytes to each worker 184, 184, 148 -> 68, 68, 57 MB and
-from each 293, 293, 195 -> 111, 111, 74 (and 57 MB from each server: its
-range of the table); the process tree 6.1 -> 6.4 GB; the same weights.
+--sittings=2`, 6 calls of 667 clients): the driver 1.23 -> 0.55 CPU s a
+round, 0.118-0.153 -> 0.059-0.063 of the round modelled on 3 machines;
+each server 0.31-0.36 CPU s; the driver's bytes to each worker 172 -> 63
+MB and from each 232 -> 75 (and 57 MB from each server: its range of the
+table); the process tree 6.4 -> 6.3 GB; the same weights.
 """
 
 import concurrent.futures
