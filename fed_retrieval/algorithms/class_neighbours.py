@@ -212,10 +212,13 @@ class ApproximateNeighbours:
   share the centroids, so a query scans the same lists in each, and the
   shards' best rows merged by score are the one index's: the neighbours do
   not depend on the shards, bar rare queries. Rows tied in float16 at the
-  cut are one way (faiss keeps the tied rows it scans first); at
-  Amazon-670K's shape, 4,000 FedAwS clients a round, one query of the
-  38,832 of the fifth round was given another neighbour on 3 shards than
-  here, its cause not yet traced (one-off)."""
+  cut are one way (faiss keeps the tied rows it scans first). Another is a
+  row near a tie between two centroids: each shard places its own share of
+  the moved rows, and faiss's float sums, hence the row's list, depend on
+  the batch (at Amazon-670K's shape, 4,000 FedAwS clients a round, one query
+  of the 38,832 of the fifth round lost a neighbour so on 3 shards; one-off).
+  Assigning the moved rows' lists as the queries' are (`_assigned`) would
+  close it."""
 
   def __init__(self, initial_table: np.ndarray, seed: int, nprobe: int = NPROBE,
                shards: Sequence = ()):
