@@ -81,7 +81,8 @@ def test_a_remote_worker_killed_beside_table_servers_is_named_and_the_rerun_resu
     tmp_path):
   """The servers keep their channel to the worker's address: the worker
   started again there takes the re-run's rows from them."""
-  here = run_module("scripts.train_federated", *QUICK_FEDSS, f"--output_dir={tmp_path}/here")
+  here = run_module("scripts.train_federated", *QUICK_FEDSS,
+                    f"--output_dir={tmp_path}/here")
   assert here.returncode == 0, here.stderr[-3000:]
   worker_ports, server_ports = ([portpicker.pick_unused_port() for _ in range(2)]
                                 for _ in range(2))
@@ -104,7 +105,8 @@ def test_a_remote_worker_killed_beside_table_servers_is_named_and_the_rerun_resu
     (workers[0],) = start_workers(port)
     resumed = run_module("scripts.train_federated", *args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert results_of(tmp_path / "remote")["test"] == results_of(tmp_path / "here")["test"]
+    assert (results_of(tmp_path / "remote")["test"]
+            == results_of(tmp_path / "here")["test"])
   finally:
     for process in workers + servers:
       process.kill()

@@ -289,7 +289,8 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
                     for after, before in zip(cpu_after, cpu_before)] for i in (0, 1))
     wire = _wire_bytes_per_round(wire_before, wire_bytes.totals(), peers, repeats)
     if served:  # Each table server's with the workers.
-      moved = [(s.traffic()[0] - before) // repeats for s, before in zip(served, served_before)]
+      moved = [(s.traffic()[0] - before) // repeats
+               for s, before in zip(served, served_before)]
       wire["table_servers_to_workers"] = [int(m[0]) for m in moved]
       wire["table_servers_from_workers"] = [int(m[1]) for m in moved]
     # The memory sampler is a thread of this process: not the driver's work.
