@@ -70,13 +70,36 @@ def test_rows_moved_round_by_round_search_as_an_index_built_anew():
   assert found.shape == (50, 10)
 
 
+def test_rows_near_a_tie_between_two_centroids_take_the_same_lists_on_shards():
+  """6,000 rows moved to the sums of two centroids (their lists decided by
+  the last bits of faiss's float sums), one list scanned a query: three
+  shards find the one index's neighbours for each (before each row's list
+  was found by the shard holding it, 602 of the queries differed)."""
+  rng = np.random.default_rng(6)
+  table = rng.standard_normal((20_000, 64)).astype(np.float32)
+  one, three = (class_neighbours.ApproximateNeighbours(table, seed=0, nprobe=1, shards=[
+      class_neighbours.ListShard() for _ in range(count)]) for count in (1, 3))
+  nlist = one.nlist
+  pairs = rng.choice(nlist * nlist, 20_000, replace=False)
+  first, second = pairs // nlist, pairs % nlist
+  distinct = first < second  # Each a sum of two centroids, no two alike.
+  changed = np.sort(rng.choice(len(table), 6_000, replace=False)).astype(np.int32)
+  after = table.copy()
+  after[changed] = (one.centroids[first[distinct][:6_000]] +
+                    one.centroids[second[distinct][:6_000]])
+  for index in (one, three):
+    index.nearest(None, table, changed[:0], changed[:1], 5)  # Places every row.
+  np.testing.assert_array_equal(three.nearest(table, after, changed, changed, 5),
+                                one.nearest(table, after, changed, changed, 5))
+
+
 class _FailingMoves(class_neighbours.ListShard):
   """A shard whose moves fail after the first placing (a lost remote shard)."""
 
-  def place(self, generation, ids, rows):
+  def place(self, generation, ids, rows, lists):
     if self._index.ntotal:
       raise RuntimeError("the shard is gone")
-    return super().place(generation, ids, rows)
+    return super().place(generation, ids, rows, lists)
 
 
 def test_moves_placed_in_the_background_fail_at_the_next_search():
@@ -96,10 +119,10 @@ class _SlowMoves(class_neighbours.ListShard):
     super().__init__()
     self.placed = []
 
-  def place(self, generation, ids, rows):
+  def place(self, generation, ids, rows, lists):
     time.sleep(0.3)
     self.placed.append(ids.copy())
-    return super().place(generation, ids, rows)
+    return super().place(generation, ids, rows, lists)
 
 
 def test_settling_the_moves_waits_until_every_index_placed_its_rows():

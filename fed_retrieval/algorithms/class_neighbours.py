@@ -19,9 +19,10 @@ product on L2-normalized rows, stored in float16) across rounds instead:
   the order is the exact cosines' (scanning every list finds the exact top-k);
 - the lists may live in `ListShard`s on other machines (`RemoteShard`,
   `use_remote_shards`), each holding the rows i mod their number: each
-  finds the lists of a share of the queries (`assign`), then each scans
-  its rows in every query's lists, and scores its best on the float32 rows
-  it keeps, and moves its rows; the server merges their best.
+  finds the lists of a share of the queries and of the moved rows
+  (`assign`), then each scans its rows in every query's lists, and scores
+  its best on the float32 rows it keeps, and moves its rows into the lists
+  found for them; the server merges their best.
 The index is therefore a function of the current table alone: a run resumed
 from a checkpoint rebuilds it (one pass over the table) and finds the
 neighbours the uninterrupted run found. Its recall@k against the exact search
@@ -129,22 +130,29 @@ class ListShard:
     self._slot_of = np.zeros(0, np.int64)
     self._rows, self._held = np.zeros((0, dim), np.float32), 0
 
-  def reset(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple:
-    """The lists hold the table's `rows` of `ids` alone."""
+  def reset(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray,
+            lists: np.ndarray) -> tuple:
+    """The lists hold the table's `rows` of `ids` alone, in `lists` (`place`)."""
     self._check(generation)
     self._index.reset()
     self._forget(self._index.d)
-    return self.place(generation, ids, rows)
+    return self.place(generation, ids, rows, lists)
 
-  def place(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple:
+  def place(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray,
+            lists: np.ndarray) -> tuple:
     """The table's rows of `ids` (unique) are now `rows`: each, normalized
-    here (on the shard's machine, not the driver's), moves to its list, and
-    is kept as it is for `search`'s cosines."""
+    here (on the shard's machine, not the driver's; row by row, so the same
+    bits in any batch), moves to its list of `lists` (`assign`'s nearest,
+    found for every shard's rows at once), and is kept as it is for
+    `search`'s cosines."""
     import faiss  # pylint: disable=g-import-not-at-top
     self._check(generation)
-    ids, rows = np.asarray(ids, np.int64), np.asarray(rows, np.float32)
+    ids = np.ascontiguousarray(ids, np.int64)
+    rows, lists = np.asarray(rows, np.float32), np.ascontiguousarray(lists, np.int64)
     self._index.remove_ids(faiss.IDSelectorArray(ids))
-    self._index.add_with_ids(_normalized(rows), ids)
+    unit = np.ascontiguousarray(_normalized(rows))
+    self._index.add_core(len(ids), faiss.swig_ptr(unit), faiss.swig_ptr(ids),
+                         faiss.swig_ptr(lists))
     self._keep(ids, rows)
     return ()
 
@@ -159,12 +167,13 @@ class ListShard:
       self._rows = _grown(self._rows, self._held, 0)
     self._rows[self._slot_of[ids]] = rows
 
-  def assign(self, generation: np.ndarray, queries: np.ndarray) -> tuple:
-    """([n, nprobe] int32): the lists each unit query scans, those of the
-    centroids with the largest inner products first (every shard of an
-    index holds the same centroids, so any one assigns for all)."""
+  def assign(self, generation: np.ndarray, rows: np.ndarray, count: np.ndarray) -> tuple:
+    """([n, count] int32): the `count` lists nearest each unit row (a query's
+    `nprobe` it scans, a placed row's one), those of the centroids with the
+    largest inner products first (every shard of an index holds the same
+    centroids, so any one assigns for all)."""
     self._check(generation)
-    _, lists = self._quantizer.search(np.asarray(queries, np.float32), self._index.nprobe)
+    _, lists = self._quantizer.search(np.asarray(rows, np.float32), int(count))
     return (lists.astype(np.int32),)
 
   def search(self, generation: np.ndarray, queries: np.ndarray, count: np.ndarray,
@@ -209,16 +218,13 @@ class ApproximateNeighbours:
 
   The lists live in `shards` (`ListShard`s, or their `RemoteShard`s on other
   machines; default: one here), row i in shard i mod their number. All
-  share the centroids, so a query scans the same lists in each, and the
-  shards' best rows merged by score are the one index's: the neighbours do
-  not depend on the shards, bar rare queries. Rows tied in float16 at the
-  cut are one way (faiss keeps the tied rows it scans first). Another is a
-  row near a tie between two centroids: each shard places its own share of
-  the moved rows, and faiss's float sums, hence the row's list, depend on
-  the batch (at Amazon-670K's shape, 4,000 FedAwS clients a round, one query
-  of the 38,832 of the fifth round lost a neighbour so on 3 shards; one-off).
-  Assigning the moved rows' lists as the queries' are (`_assigned`) would
-  close it."""
+  share the centroids, and a row's list, like the lists a query scans, is
+  found for all the shards at once (`_assigned`: faiss's float sums, hence
+  the list of a row near a tie between two centroids, depend on the batch
+  it is scored in), so a query scans the same rows split among the shards
+  as in one index, and the shards' best rows merged by score are the one
+  index's: the neighbours do not depend on the shards, bar rows tied in
+  float16 at the cut (faiss keeps the tied rows it scans first)."""
 
   def __init__(self, initial_table: np.ndarray, seed: int, nprobe: int = NPROBE,
                shards: Sequence = ()):
@@ -228,6 +234,7 @@ class ApproximateNeighbours:
     centroids = _normalized(initial_table[np.sort(rng.choice(num_rows, nlist,
                                                               replace=False))])
     self.nlist, self.nprobe = nlist, min(nprobe, nlist)
+    self.centroids = centroids  # [nlist, D] unit rows: the lists are their cells.
     self._shards = list(shards) or [ListShard()]
     self._generations = [g for (g,) in array_service.call_each(
         [functools.partial(s.configure, centroids, np.int64(self.nprobe))
@@ -239,25 +246,32 @@ class ApproximateNeighbours:
     self._placing: Optional[concurrent.futures.Future] = None
     _indexes.add(self)
 
-  def _place(self, table: np.ndarray, ids: np.ndarray, method: str) -> List[Callable]:
-    """`method` (reset, place) of each shard with its share of `ids`, their
-    rows read now (as they are: the shard normalizes them): calls for
-    `array_service.call_each`."""
-    owner = ids % len(self._shards)
-    parts = [ids[owner == s] for s in range(len(self._shards))]
-    return [functools.partial(getattr(shard, method), generation, part, table[part])
-            for shard, generation, part in zip(self._shards, self._generations, parts)]
+  def _place(self, table: np.ndarray, ids: np.ndarray, method: str) -> Callable[[], None]:
+    """A call that has each shard `method` (reset, place) its share of `ids`:
+    their rows, read now (as they are: the shard normalizes them), in their
+    nearest lists, found for all of them at once (`_assigned`)."""
+    rows = table[ids]
 
-  def _assigned(self, queries: np.ndarray) -> np.ndarray:
-    """[n, nprobe]: the lists each query scans, the queries split among the
-    shards (`assignment_ranges`): scoring them against the centroids is done
-    once, not by every shard (at Amazon-670K's shape, 39,000 queries took a
-    shard of three 1.1 CPU s to assign and 3.0 to scan its lists; one-off)."""
+    def place() -> None:
+      lists = self._assigned(_normalized(rows), 1)[:, 0]
+      owner = ids % len(self._shards)
+      mine = [owner == s for s in range(len(self._shards))]
+      array_service.call_each([
+          functools.partial(getattr(shard, method), generation, ids[m], rows[m], lists[m])
+          for shard, generation, m in zip(self._shards, self._generations, mine)])
+    return place
+
+  def _assigned(self, rows: np.ndarray, count: int) -> np.ndarray:
+    """[n, count]: the `count` lists nearest each unit row, the rows split
+    among the shards (`assignment_ranges`): scoring them against the
+    centroids is done once, not by every shard (at Amazon-670K's shape,
+    39,000 queries took a shard of three 1.1 CPU s to assign and 3.0 to scan
+    its lists; one-off), and as one search of all of them would."""
     import faiss  # pylint: disable=g-import-not-at-top
-    ranges = assignment_ranges(len(queries), len(self._shards),
+    ranges = assignment_ranges(len(rows), len(self._shards),
                                faiss.cvar.distance_compute_blas_query_bs)
     return np.concatenate([lists for (lists,) in array_service.call_each([
-        functools.partial(shard.assign, generation, queries[start:end])
+        functools.partial(shard.assign, generation, rows[start:end], np.int64(count))
         for shard, generation, (start, end) in zip(self._shards, self._generations,
                                                    ranges)])])
 
@@ -271,7 +285,7 @@ class ApproximateNeighbours:
     """`table` is the last one the index holds with the rows `ids` changed.
     They are placed in the background; the next search waits for them."""
     self._settled()
-    self._placing = self._mover.submit(array_service.call_each, self._place(
+    self._placing = self._mover.submit(self._place(
         table, row_ids.distinct(ids, len(table)), "place"))
     self._table = table
 
@@ -282,13 +296,12 @@ class ApproximateNeighbours:
       self.moved(table, changed)
     else:
       self._settled()
-      array_service.call_each(self._place(table, np.arange(len(table), dtype=np.int64),
-                                          "reset"))
+      self._place(table, np.arange(len(table), dtype=np.int64), "reset")()
       self._table = table
     self._settled()
     queries = _normalized(table[class_ids])
     count = RERANK * (k + 1)
-    lists = self._assigned(queries)
+    lists = self._assigned(queries, self.nprobe)
     found = array_service.call_each([
         functools.partial(s.search, generation, queries, np.int64(count), lists)
         for s, generation in zip(self._shards, self._generations)])
