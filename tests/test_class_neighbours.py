@@ -73,8 +73,9 @@ def test_rows_moved_round_by_round_search_as_an_index_built_anew():
 def test_rows_near_a_tie_between_two_centroids_take_the_same_lists_on_shards():
   """6,000 rows moved to the sums of two centroids (their lists decided by
   the last bits of faiss's float sums), one list scanned a query: three
-  shards find the one index's neighbours for each (before each row's list
-  was found by the shard holding it, 602 of the queries differed)."""
+  shards find the one index's neighbours for each (with the rows split as
+  ids mod 3 instead, each shard scoring its own, 602 of the queries
+  differed), and each row is held by one shard."""
   rng = np.random.default_rng(6)
   table = rng.standard_normal((20_000, 64)).astype(np.float32)
   one, three = (class_neighbours.ApproximateNeighbours(table, seed=0, nprobe=1, shards=[
@@ -91,15 +92,17 @@ def test_rows_near_a_tie_between_two_centroids_take_the_same_lists_on_shards():
     index.nearest(None, table, changed[:0], changed[:1], 5)  # Places every row.
   np.testing.assert_array_equal(three.nearest(table, after, changed, changed, 5),
                                 one.nearest(table, after, changed, changed, 5))
+  held = [s._index.ntotal for s in three._shards]  # pylint: disable=protected-access
+  assert sum(held) == len(table)
 
 
 class _FailingMoves(class_neighbours.ListShard):
   """A shard whose moves fail after the first placing (a lost remote shard)."""
 
-  def place(self, generation, ids, rows, lists):
+  def place(self, generation, dropped, ids, rows):
     if self._index.ntotal:
       raise RuntimeError("the shard is gone")
-    return super().place(generation, ids, rows, lists)
+    return super().place(generation, dropped, ids, rows)
 
 
 def test_moves_placed_in_the_background_fail_at_the_next_search():
@@ -119,10 +122,10 @@ class _SlowMoves(class_neighbours.ListShard):
     super().__init__()
     self.placed = []
 
-  def place(self, generation, ids, rows, lists):
+  def place(self, generation, dropped, ids, rows):
     time.sleep(0.3)
     self.placed.append(ids.copy())
-    return super().place(generation, ids, rows, lists)
+    return super().place(generation, dropped, ids, rows)
 
 
 def test_settling_the_moves_waits_until_every_index_placed_its_rows():

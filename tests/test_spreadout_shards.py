@@ -22,7 +22,6 @@ from tests.script_runs import run_module
 from tests.server_runs import check_a_lost_server_resumes
 from tests.server_runs import check_a_silent_server_is_one_line
 from tests.spreadout_reference import clustered_table
-from tests.spreadout_reference import unit
 
 
 class _Arithmetic:
@@ -108,24 +107,17 @@ def test_shards_in_other_processes_find_the_one_indexs_neighbours_round_by_round
       before = table = after
 
 
-def _put(shard, generation, method, ids, rows):
-  """`method` (reset, place) of `rows` into their nearest lists, as an index has
-  its shards place them."""
-  (lists,) = shard.assign(generation, unit(rows), np.int64(1))
-  getattr(shard, method)(generation, np.asarray(ids), rows, lists[:, 0])
-
-
 def test_a_shard_another_index_configured_since_refuses_the_first():
   shard = class_neighbours.ListShard()
   centroids = np.eye(4, dtype=np.float32)
   (first,) = shard.configure(centroids, np.int64(2))
-  _put(shard, first, "reset", np.arange(4), centroids)
+  shard.reset(first, np.arange(4), centroids)
   (second,) = shard.configure(centroids, np.int64(2))
   with pytest.raises(RuntimeError, match="another index configured this shard since"):
-    shard.assign(first, centroids, np.int64(2))
-  _put(shard, second, "reset", np.arange(4), centroids)
+    shard.assign(first, centroids)
+  shard.reset(second, np.arange(4), centroids)
   scores, ids, _ = shard.search(second, centroids, np.int64(1),
-                                *shard.assign(second, centroids, np.int64(2)))
+                                *shard.assign(second, centroids))
   assert ids.ravel().tolist() == [0, 1, 2, 3] and np.allclose(scores, 1)
 
 
@@ -135,12 +127,12 @@ def test_a_shard_normalizes_the_rows_it_is_given():
   scores its best by their cosines too."""
   shard = class_neighbours.ListShard()
   (generation,) = shard.configure(np.eye(4, dtype=np.float32), np.int64(4))
-  _put(shard, generation, "reset", np.arange(4),
-       np.diag([5.0, 3.0, 0.5, 7.0]).astype(np.float32))
-  _put(shard, generation, "place", [1], np.array([[0.0, 9.0, 0.0, 0.0]], np.float32))
+  shard.reset(generation, np.arange(4), np.diag([5.0, 3.0, 0.5, 7.0]).astype(np.float32))
+  moved = np.array([1])
+  shard.place(generation, moved, moved, np.array([[0.0, 9.0, 0.0, 0.0]], np.float32))
   queries = np.eye(4, dtype=np.float32)
   scores, ids, cosines = shard.search(generation, queries, np.int64(1),
-                                      *shard.assign(generation, queries, np.int64(4)))
+                                      *shard.assign(generation, queries))
   assert ids.ravel().tolist() == [0, 1, 2, 3]
   np.testing.assert_array_equal(scores.ravel(), [1, 1, 1, 1])
   np.testing.assert_array_equal(cosines.ravel(), [1, 1, 1, 1])
@@ -151,16 +143,38 @@ def test_a_shard_scores_rows_placed_after_its_reset_by_their_latest_values():
   by the values last given, as the float32 cosines of those rows."""
   shard = class_neighbours.ListShard()
   (generation,) = shard.configure(np.eye(4, dtype=np.float32), np.int64(4))
-  _put(shard, generation, "reset", np.arange(2), np.eye(4, dtype=np.float32)[:2])
+  shard.reset(generation, np.arange(2), np.eye(4, dtype=np.float32)[:2])
   placed = {1: [0.0, 2.0, 2.0, 0.0], 7: [0.0, 0.0, 3.0, 4.0], 12: [5.0, 0.0, 0.0, 0.0]}
-  for ids in ([7], [12, 1]):  # New ids grow the shard's rows; 1 moves.
-    _put(shard, generation, "place", ids, np.array([placed[i] for i in ids], np.float32))
+  for ids in ([7], [1, 12]):  # New ids grow the shard's rows; 1 moves.
+    shard.place(generation, np.array(ids), np.array(ids),
+                np.array([placed[i] for i in ids], np.float32))
   queries = np.array([[0.0, 0.0, 1.0, 0.0]], np.float32)
   _, ids, cosines = shard.search(generation, queries, np.int64(4),
-                                 *shard.assign(generation, queries, np.int64(4)))
+                                 *shard.assign(generation, queries))
   expected = {0: 0.0, 1: 2 / np.sqrt(8), 7: 0.6, 12: 0.0}
   assert sorted(ids[0].tolist()) == [0, 1, 7, 12]
   np.testing.assert_allclose(cosines[0], [expected[i] for i in ids[0]], atol=1e-6)
+
+
+def test_a_shard_drops_the_moved_rows_it_held_and_reuses_their_slots():
+  """Rows 1 and 2 moved to another shard leave this one; row 5, placed
+  here after, takes a freed slot and is scored by its own value."""
+  shard = class_neighbours.ListShard()
+  (generation,) = shard.configure(np.eye(4, dtype=np.float32), np.int64(4))
+  shard.reset(generation, np.arange(4), np.eye(4, dtype=np.float32))
+  shard.place(generation, np.array([1, 2]), np.zeros(0, np.int64),
+              np.zeros((0, 4), np.float32))
+  queries = np.eye(4, dtype=np.float32)
+  _, ids, _ = shard.search(generation, queries, np.int64(4),
+                           *shard.assign(generation, queries))
+  assert sorted(set(ids.ravel().tolist()) - {-1}) == [0, 3]
+  shard.place(generation, np.array([5]), np.array([5]),
+              np.array([[0.0, 3.0, 4.0, 0.0]], np.float32))
+  _, ids, cosines = shard.search(generation, queries, np.int64(4),
+                                 *shard.assign(generation, queries))
+  assert sorted(set(ids.ravel().tolist()) - {-1}) == [0, 3, 5]
+  np.testing.assert_allclose(cosines[ids == 5], [0.0, 0.6, 0.8, 0.0], atol=1e-6)
+  assert len(shard._rows) == 4  # pylint: disable=protected-access
 
 
 def test_a_shard_searching_the_lists_it_is_given_finds_what_its_own_search_does():
@@ -172,11 +186,10 @@ def test_a_shard_searching_the_lists_it_is_given_finds_what_its_own_search_does(
   shard = class_neighbours.ListShard()
   centroids = table[::78][:64] / np.linalg.norm(table[::78][:64], axis=1, keepdims=True)
   (generation,) = shard.configure(centroids.astype(np.float32), np.int64(8))
-  _put(shard, generation, "reset", np.arange(len(table)), table)
+  shard.reset(generation, np.arange(len(table)), table)
   queries = (table[:500] / np.linalg.norm(table[:500], axis=1, keepdims=True)).astype(
       np.float32)
-  given = shard.search(generation, queries, np.int64(12),
-                       *shard.assign(generation, queries, np.int64(8)))
+  given = shard.search(generation, queries, np.int64(12), *shard.assign(generation, queries))
   own = shard._index.search(queries, 12)  # pylint: disable=protected-access
   np.testing.assert_array_equal(given[1], own[1])
   np.testing.assert_array_equal(given[0], own[0])
@@ -199,7 +212,7 @@ def test_a_shard_whose_process_stops_or_dies_is_named_within_two_heartbeats():
     stopped_at = time.monotonic()
     try:
       with pytest.raises(array_service.ServiceLost) as lost:
-        shard.assign(generation, queries, np.int64(1))
+        shard.assign(generation, queries)
       assert time.monotonic() - stopped_at < 2 * 1.0 + 1
     finally:
       os.kill(process.pid, signal.SIGCONT)
@@ -209,7 +222,7 @@ def test_a_shard_whose_process_stops_or_dies_is_named_within_two_heartbeats():
     process.kill()
     process.wait()
     with pytest.raises(array_service.ServiceLost, match=f"shard at {address} stopped"):
-      shard.assign(generation, queries, np.int64(1))
+      shard.assign(generation, queries)
 
 
 QUICK_FEDAWS = ["--task=xc", "--synthetic_xc=xc_tiny", "--algorithm=fedaws",

@@ -18,15 +18,16 @@ product on L2-normalized rows, stored in float16) across rounds instead:
   and its `RERANK` x (k + 1) best are re-ranked by their float32 cosines, so
   the order is the exact cosines' (scanning every list finds the exact top-k);
 - the lists may live in `ListShard`s on other machines (`RemoteShard`,
-  `use_remote_shards`), each holding the rows i mod their number: each
-  finds the lists of a share of the queries and of the moved rows
-  (`assign`), then each scans its rows in every query's lists, and scores
-  its best on the float32 rows it keeps, and moves its rows into the lists
-  found for them; the server merges their best.
+  `use_remote_shards`): each places a share of the moved rows (and drops
+  the moved rows it held), finds the lists of a share of the queries
+  (`assign`), then each scans its rows in every query's lists and scores
+  its best on the float32 rows it keeps; the server merges their best.
 The index is therefore a function of the current table alone: a run resumed
 from a checkpoint rebuilds it (one pass over the table) and finds the
-neighbours the uninterrupted run found. Its recall@k against the exact search
-is measured, never assumed (`recall_against_exact`, and
+neighbours the uninterrupted run found, bar a row near a tie between two
+centroids (faiss's float sums, hence its list, depend on the batch it is
+scored in: there the round's moved rows, here the whole table). Its
+recall@k against the exact search is measured, never assumed (`recall_against_exact`, and
 `scripts.benchmark_round_cost` prints it). It is asked for, never chosen for
 the user: on Delicious (983 labels, half the lists scanned) FedAwS's test
 P@1 was 48.0 with it against 49.0 exact at seed 0 (README).
@@ -92,10 +93,9 @@ class ListShard:
     self._index = None
     self._generation = 0
     # The float32 rows the lists hold, for `search`'s cosines: row id i is
-    # `_rows[_slot_of[i]]` (-1: not held).
-    self._slot_of = np.zeros(0, np.int64)
-    self._rows = np.zeros((0, 0), np.float32)
-    self._held = 0
+    # `_rows[_slot_of[i]]` (-1: not held); the slots of rows dropped since
+    # are `_free`, reused first.
+    self._forget(0)
 
   def _check(self, generation: np.ndarray) -> None:
     if int(generation) != self._generation:
@@ -127,53 +127,68 @@ class ListShard:
     return (np.int64(self._generation),)
 
   def _forget(self, dim: int) -> None:
-    self._slot_of = np.zeros(0, np.int64)
-    self._rows, self._held = np.zeros((0, dim), np.float32), 0
+    self._slot_of, self._free = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    self._rows, self._slots = np.zeros((0, dim), np.float32), 0
 
-  def reset(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray,
-            lists: np.ndarray) -> tuple:
-    """The lists hold the table's `rows` of `ids` alone, in `lists` (`place`)."""
+  def reset(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> tuple:
+    """The lists hold the table's `rows` of `ids` alone (`place`)."""
     self._check(generation)
     self._index.reset()
     self._forget(self._index.d)
-    return self.place(generation, ids, rows, lists)
+    return self.place(generation, ids[:0], ids, rows)
 
-  def place(self, generation: np.ndarray, ids: np.ndarray, rows: np.ndarray,
-            lists: np.ndarray) -> tuple:
-    """The table's rows of `ids` (unique) are now `rows`: each, normalized
-    here (on the shard's machine, not the driver's; row by row, so the same
-    bits in any batch), moves to its list of `lists` (`assign`'s nearest,
-    found for every shard's rows at once), and is kept as it is for
-    `search`'s cosines."""
+  def place(self, generation: np.ndarray, dropped: np.ndarray, ids: np.ndarray,
+            rows: np.ndarray) -> tuple:
+    """The rows of `dropped` this shard holds leave its lists; the table's
+    rows of `ids` (sorted, unique, among `dropped` if held anywhere) are now
+    `rows`, held here: each, normalized here (on the shard's machine, not the
+    driver's; row by row, the same bits in any batch), goes to the list of
+    its nearest centroid, found by one search of all of `ids` (an index
+    gives its shards block-aligned ranges of a round's rows, so each row is
+    scored as in one search of them all: `assignment_ranges`), and is kept
+    as it is for `search`'s cosines."""
     import faiss  # pylint: disable=g-import-not-at-top
     self._check(generation)
-    ids = np.ascontiguousarray(ids, np.int64)
-    rows, lists = np.asarray(rows, np.float32), np.ascontiguousarray(lists, np.int64)
-    self._index.remove_ids(faiss.IDSelectorArray(ids))
+    dropped, ids = (np.ascontiguousarray(a, np.int64) for a in (dropped, ids))
+    rows = np.asarray(rows, np.float32)
+    self._index.remove_ids(faiss.IDSelectorArray(dropped))
+    self._drop(dropped)
     unit = np.ascontiguousarray(_normalized(rows))
+    # Lists found in one search, then given: `add_with_ids` would search
+    # them in batches of 65,536, and a short last batch takes another path.
+    _, lists = self._quantizer.search(unit, 1)
     self._index.add_core(len(ids), faiss.swig_ptr(unit), faiss.swig_ptr(ids),
-                         faiss.swig_ptr(lists))
+                         faiss.swig_ptr(np.ascontiguousarray(lists[:, 0])))
     self._keep(ids, rows)
     return ()
 
+  def _drop(self, ids: np.ndarray) -> None:
+    """The slots of the rows of `ids` held here freed."""
+    ids = ids[ids < len(self._slot_of)]
+    slots = self._slot_of[ids]
+    self._free = np.concatenate([self._free, slots[slots >= 0]])
+    self._slot_of[ids] = -1
+
   def _keep(self, ids: np.ndarray, rows: np.ndarray) -> None:
-    """`rows` kept as the float32 rows of `ids`, a slot each, new ids' added."""
+    """`rows` kept as the float32 rows of `ids` (none held), a slot each:
+    freed slots first, then new ones."""
     if len(ids) and ids.max() >= len(self._slot_of):
       self._slot_of = _grown(self._slot_of, int(ids.max()) + 1, -1)
-    new = ids[self._slot_of[ids] < 0]
-    self._slot_of[new] = np.arange(self._held, self._held + len(new))
-    self._held += len(new)
-    if self._held > len(self._rows):
-      self._rows = _grown(self._rows, self._held, 0)
+    reused = min(len(ids), len(self._free))
+    fresh = np.arange(self._slots, self._slots + len(ids) - reused)
+    self._slot_of[ids] = np.concatenate([self._free[len(self._free) - reused:], fresh])
+    self._free = self._free[:len(self._free) - reused]
+    self._slots += len(fresh)
+    if self._slots > len(self._rows):
+      self._rows = _grown(self._rows, self._slots, 0)
     self._rows[self._slot_of[ids]] = rows
 
-  def assign(self, generation: np.ndarray, rows: np.ndarray, count: np.ndarray) -> tuple:
-    """([n, count] int32): the `count` lists nearest each unit row (a query's
-    `nprobe` it scans, a placed row's one), those of the centroids with the
-    largest inner products first (every shard of an index holds the same
-    centroids, so any one assigns for all)."""
+  def assign(self, generation: np.ndarray, queries: np.ndarray) -> tuple:
+    """([n, nprobe] int32): the lists each unit query scans, those of the
+    centroids with the largest inner products first (every shard of an
+    index holds the same centroids, so any one assigns for all)."""
     self._check(generation)
-    _, lists = self._quantizer.search(np.asarray(rows, np.float32), int(count))
+    _, lists = self._quantizer.search(np.asarray(queries, np.float32), self._index.nprobe)
     return (lists.astype(np.int32),)
 
   def search(self, generation: np.ndarray, queries: np.ndarray, count: np.ndarray,
@@ -188,7 +203,7 @@ class ListShard:
     # are, not as residuals to their centroid.
     scores, ids = self._index.search_preassigned(
         queries, int(count), lists, np.zeros(lists.shape, np.float32))
-    if not self._held:  # No rows: every slot empty.
+    if not self._index.ntotal:  # No rows: every slot empty.
       return scores, ids, np.zeros(ids.shape, np.float32)
     return scores, ids, _cosines(self._rows, self._slot_of, queries, ids)
 
@@ -197,12 +212,13 @@ SERVED = ("configure", "reset", "place", "assign", "search")  # Served methods.
 
 
 def assignment_ranges(num_queries: int, shards: int, block: int) -> List[Tuple[int, int]]:
-  """Consecutive ranges of the queries, one for each of the first shards,
-  that `assign` lists for as one call over all of them would: faiss's flat
-  search scores queries in blocks of `block` (its
-  `distance_compute_blas_query_bs`), so each range starts at a block's start
-  and a short last block stays with the one before (searched alone, a
-  handful of queries takes another path, whose float sums differ)."""
+  """Consecutive ranges of the queries (or of rows to place), one for each
+  of the first shards, whose rows a shard scores against the centroids as
+  one call over all of them would: faiss's flat search scores them in
+  blocks of `block` (its `distance_compute_blas_query_bs`), so each range
+  starts at a block's start and a short last block stays with the one
+  before (searched alone, a handful of rows takes another path, whose float
+  sums differ)."""
   blocks = max(1, num_queries // block)
   bounds = [i * block for i in range(blocks)] + [num_queries]
   return [(bounds[part[0]], bounds[part[-1] + 1])
@@ -217,14 +233,17 @@ class ApproximateNeighbours:
   otherwise (the first call, a resumed run) every row is placed anew.
 
   The lists live in `shards` (`ListShard`s, or their `RemoteShard`s on other
-  machines; default: one here), row i in shard i mod their number. All
-  share the centroids, and a row's list, like the lists a query scans, is
-  found for all the shards at once (`_assigned`: faiss's float sums, hence
-  the list of a row near a tie between two centroids, depend on the batch
-  it is scored in), so a query scans the same rows split among the shards
-  as in one index, and the shards' best rows merged by score are the one
-  index's: the neighbours do not depend on the shards, bar rows tied in
-  float16 at the cut (faiss keeps the tied rows it scans first)."""
+  machines; default: one here). All share the centroids. The rows placed at
+  once (a round's moved rows, or the whole table) are split among the shards
+  in block-aligned ranges, as the queries are (`assignment_ranges`), so
+  each row is scored against the centroids as in one search of them all
+  (faiss's float sums, hence the list of a row near a tie between two
+  centroids, depend on the batch it is scored in), and the ranges turn
+  among the shards from one placing to the next, so each comes to hold a
+  like share. A query so scans the same rows split among the shards as in
+  one index, and the shards' best rows merged by score are the one index's:
+  the neighbours do not depend on the shards, bar rows tied in float16 at
+  the cut (faiss keeps the tied rows it scans first)."""
 
   def __init__(self, initial_table: np.ndarray, seed: int, nprobe: int = NPROBE,
                shards: Sequence = ()):
@@ -244,34 +263,38 @@ class ApproximateNeighbours:
     # train; a search waits for them (`_settled`).
     self._mover = concurrent.futures.ThreadPoolExecutor(1, "spreadout-index-moves")
     self._placing: Optional[concurrent.futures.Future] = None
+    self._placings = 0  # Turns the ranges among the shards (`_place`).
     _indexes.add(self)
 
-  def _place(self, table: np.ndarray, ids: np.ndarray, method: str) -> Callable[[], None]:
-    """A call that has each shard `method` (reset, place) its share of `ids`:
-    their rows, read now (as they are: the shard normalizes them), in their
-    nearest lists, found for all of them at once (`_assigned`)."""
-    rows = table[ids]
-
-    def place() -> None:
-      lists = self._assigned(_normalized(rows), 1)[:, 0]
-      owner = ids % len(self._shards)
-      mine = [owner == s for s in range(len(self._shards))]
-      array_service.call_each([
-          functools.partial(getattr(shard, method), generation, ids[m], rows[m], lists[m])
-          for shard, generation, m in zip(self._shards, self._generations, mine)])
-    return place
-
-  def _assigned(self, rows: np.ndarray, count: int) -> np.ndarray:
-    """[n, count]: the `count` lists nearest each unit row, the rows split
-    among the shards (`assignment_ranges`): scoring them against the
-    centroids is done once, not by every shard (at Amazon-670K's shape,
-    39,000 queries took a shard of three 1.1 CPU s to assign and 3.0 to scan
-    its lists; one-off), and as one search of all of them would."""
+  def _place(self, table: np.ndarray, ids: np.ndarray, reset: bool) -> Callable[[], list]:
+    """A call that has the shards hold the rows of `ids` (sorted, unique),
+    read now (as they are: a shard normalizes them): each shard a range of
+    them (the ranges turned by one shard a placing), every shard dropping
+    those it held (`ListShard.place`), or holding nothing else (`reset`)."""
     import faiss  # pylint: disable=g-import-not-at-top
-    ranges = assignment_ranges(len(rows), len(self._shards),
+    rows, shards = table[ids], len(self._shards)
+    block = faiss.cvar.distance_compute_blas_query_bs
+    ranges = assignment_ranges(len(ids), shards, block)
+    ranges += [(len(ids), len(ids))] * (shards - len(ranges))  # Empty: drops only.
+    turn, self._placings = self._placings % shards, self._placings + 1
+    calls = []
+    for shard, generation, (start, end) in zip(self._shards, self._generations,
+                                               ranges[-turn:] + ranges[:-turn]):
+      held = (ids[start:end], rows[start:end])
+      calls.append(functools.partial(shard.reset, generation, *held) if reset else
+                   functools.partial(shard.place, generation, ids, *held))
+    return functools.partial(array_service.call_each, calls)
+
+  def _assigned(self, queries: np.ndarray) -> np.ndarray:
+    """[n, nprobe]: the lists each query scans, the queries split among the
+    shards (`assignment_ranges`): scoring them against the centroids is done
+    once, not by every shard (at Amazon-670K's shape, 39,000 queries took a
+    shard of three 1.1 CPU s to assign and 3.0 to scan its lists; one-off)."""
+    import faiss  # pylint: disable=g-import-not-at-top
+    ranges = assignment_ranges(len(queries), len(self._shards),
                                faiss.cvar.distance_compute_blas_query_bs)
     return np.concatenate([lists for (lists,) in array_service.call_each([
-        functools.partial(shard.assign, generation, rows[start:end], np.int64(count))
+        functools.partial(shard.assign, generation, queries[start:end])
         for shard, generation, (start, end) in zip(self._shards, self._generations,
                                                    ranges)])])
 
@@ -286,7 +309,7 @@ class ApproximateNeighbours:
     They are placed in the background; the next search waits for them."""
     self._settled()
     self._placing = self._mover.submit(self._place(
-        table, row_ids.distinct(ids, len(table)), "place"))
+        table, row_ids.distinct(ids, len(table)), reset=False))
     self._table = table
 
   def nearest(self, before: np.ndarray, table: np.ndarray, changed: np.ndarray,
@@ -296,12 +319,12 @@ class ApproximateNeighbours:
       self.moved(table, changed)
     else:
       self._settled()
-      self._place(table, np.arange(len(table), dtype=np.int64), "reset")()
+      self._place(table, np.arange(len(table), dtype=np.int64), reset=True)()
       self._table = table
     self._settled()
     queries = _normalized(table[class_ids])
     count = RERANK * (k + 1)
-    lists = self._assigned(queries, self.nprobe)
+    lists = self._assigned(queries)
     found = array_service.call_each([
         functools.partial(s.search, generation, queries, np.int64(count), lists)
         for s, generation in zip(self._shards, self._generations)])
