@@ -6,12 +6,12 @@ then, from the machine that runs the training:
       --spreadout_search=approximate --workers=10.0.0.5:8000,10.0.0.6:8000 \
       --spreadout_shards=10.0.0.5:8100,10.0.0.6:8100 --trusted_network ...
 The training's server step then searches and moves the class table's rows on
-the shards (row i on shard i mod their number) instead of on its own machine
-(`class_neighbours.ApproximateNeighbours`). A shard holds derived state only:
-a re-run fills it again from the checkpointed table. It listens on every
-interface with neither encryption nor authentication (it takes arrays, never
-code): keep the port on a private network or behind an SSH tunnel. One run
-uses a shard at a time. Ctrl-C or SIGTERM stops it.
+the shards (each round's moved rows split among them in ranges) instead of on
+its own machine (`class_neighbours.ApproximateNeighbours`). A shard holds
+derived state only: a re-run fills it again from the checkpointed table. It
+listens on every interface with neither encryption nor authentication (it
+takes arrays, never code): keep the port on a private network or behind an
+SSH tunnel. One run uses a shard at a time. Ctrl-C or SIGTERM stops it.
 """
 
 from fed_retrieval.runtime import quiet_environment

@@ -30,7 +30,7 @@ scored in: there the round's moved rows, here the whole table). Its
 recall@k against the exact search is measured, never assumed (`recall_against_exact`, and
 `scripts.benchmark_round_cost` prints it). It is asked for, never chosen for
 the user: on Delicious (983 labels, half the lists scanned) FedAwS's test
-P@1 was 48.0 with it against 49.0 exact at seed 0 (README).
+P@1 was 47.8 with it against 49.0 exact at seed 0 (README).
 """
 
 import concurrent.futures
