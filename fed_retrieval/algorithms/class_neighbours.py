@@ -22,15 +22,16 @@ product on L2-normalized rows, stored in float16) across rounds instead:
   the moved rows it held), finds the lists of a share of the queries
   (`assign`), then each scans its rows in every query's lists and scores
   its best on the float32 rows it keeps; the server merges their best.
-The index is therefore a function of the current table alone: a run resumed
-from a checkpoint rebuilds it (one pass over the table) and finds the
-neighbours the uninterrupted run found, bar a row near a tie between two
-centroids (faiss's float sums, hence its list, depend on the batch it is
-scored in: there the round's moved rows, here the whole table). Its
-recall@k against the exact search is measured, never assumed (`recall_against_exact`, and
-`scripts.benchmark_round_cost` prints it). It is asked for, never chosen for
-the user: on Delicious (983 labels, half the lists scanned) FedAwS's test
-P@1 was 47.8 with it against 49.0 exact at seed 0 (README).
+The index is therefore a function of the current table, bar a row near a
+tie between two centroids (faiss's float sums, hence its list, depend on
+the batch it is scored in): a run resumed from a checkpoint rebuilds it (one
+pass over the table) and finds the neighbours the uninterrupted run found,
+bar such rows (there scored among the round's moved rows, here among the
+whole table). Its recall@k against the exact search is measured, never
+assumed (`recall_against_exact`, and `scripts.benchmark_round_cost` prints
+it). It is asked for, never chosen for the user: on Delicious (983 labels,
+half the lists scanned) FedAwS's test P@1 was 47.8 with it against 49.0
+exact at seed 0 (README).
 """
 
 import concurrent.futures
@@ -140,7 +141,7 @@ class ListShard:
   def place(self, generation: np.ndarray, dropped: np.ndarray, ids: np.ndarray,
             rows: np.ndarray) -> tuple:
     """The rows of `dropped` this shard holds leave its lists; the table's
-    rows of `ids` (sorted, unique, among `dropped` if held anywhere) are now
+    rows of `ids` (unique, among `dropped` if held anywhere) are now
     `rows`, held here: each, normalized here (on the shard's machine, not the
     driver's; row by row, the same bits in any batch), goes to the list of
     its nearest centroid, found by one search of all of `ids` (an index
@@ -211,7 +212,7 @@ class ListShard:
 SERVED = ("configure", "reset", "place", "assign", "search")  # Served methods.
 
 
-def assignment_ranges(num_queries: int, shards: int, block: int) -> List[Tuple[int, int]]:
+def assignment_ranges(num_rows: int, shards: int, block: int) -> List[Tuple[int, int]]:
   """Consecutive ranges of the queries (or of rows to place), one for each
   of the first shards, whose rows a shard scores against the centroids as
   one call over all of them would: faiss's flat search scores them in
@@ -219,8 +220,8 @@ def assignment_ranges(num_queries: int, shards: int, block: int) -> List[Tuple[i
   starts at a block's start and a short last block stays with the one
   before (searched alone, a handful of rows takes another path, whose float
   sums differ)."""
-  blocks = max(1, num_queries // block)
-  bounds = [i * block for i in range(blocks)] + [num_queries]
+  blocks = max(1, num_rows // block)
+  bounds = [i * block for i in range(blocks)] + [num_rows]
   return [(bounds[part[0]], bounds[part[-1] + 1])
           for part in np.array_split(np.arange(blocks), min(shards, blocks))]
 
