@@ -89,9 +89,10 @@ _TABLE_SERVERS = flags.DEFINE_list(
     "stated); 0: in the driver; several counts: each in its own process.")
 _ONE_CALL_AT_A_TIME = flags.DEFINE_bool(
     "one_call_at_a_time", False,
-    "Several local workers take their calls in turn, not at once: each one's CPU "
-    "seconds without another worker's call beside it on this machine's cores "
-    "(the results are the same).")
+    "Several local workers take their calls in turn, not at once, and the rows a "
+    "round moved in FedAwS's approximate index are placed before the next round's "
+    "calls: each worker's CPU seconds without another worker's call or the index's "
+    "work beside it on this machine's cores (the results are the same).")
 _SITTINGS = flags.DEFINE_integer(
     "sittings", 1, "Times the configurations run in turn; the ratios are the median "
     "of each sitting's.")

@@ -1,10 +1,13 @@
 """The round-cost benchmark script: figures present and consistent (no timing targets)."""
 
 import json
+import threading
+import types
 
 import numpy as np
 import pytest
 
+from fed_retrieval.algorithms import class_neighbours
 from fed_retrieval.algorithms import fedss
 from fed_retrieval.algorithms.fedss import FedSSConfig
 from fed_retrieval.models import xc_encoder
@@ -219,3 +222,40 @@ def test_no_sittings_or_warmup_is_refused_by_flag(flag, message):
   result = run_module("scripts.benchmark_round_cost", flag)
   assert result.returncode == 2
   assert message in result.stderr
+
+
+def test_a_settled_round_returns_with_the_rows_it_moved_placed():
+  """`next_round` settled returns once the spreadout index has placed the rows
+  the round moved (placed in the background otherwise, beside the next calls)."""
+  release = threading.Event()
+
+  class HeldShard(class_neighbours.ListShard):
+    held, placed = False, 0
+
+    def place(self, *args):
+      if self.held:
+        release.wait(30)
+      self.placed += 1
+      return super().place(*args)
+
+  table = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)
+  shard = HeldShard()
+  index = class_neighbours.ApproximateNeighbours(table, 0, shards=[shard])
+  index.nearest(None, table, np.zeros(0, np.int64), np.arange(3), 2)
+
+  class Process:  # A round that moves two rows of the table.
+    def next(self, state, data):
+      del data
+      index.moved(table, np.array([1, 4]))
+      return types.SimpleNamespace(state=state + 1)
+
+  shard.held, before = True, shard.placed
+  assert round_cost_benchmark.next_round(Process(), 0, None, settled=False) == 1
+  assert shard.placed == before  # Still held: placing beside what runs next.
+  release.set()
+  class_neighbours.settle_moves()
+  assert shard.placed == before + 1
+  release.clear()
+  threading.Timer(0.2, release.set).start()
+  assert round_cost_benchmark.next_round(Process(), 1, None, settled=True) == 2
+  assert shard.placed == before + 2

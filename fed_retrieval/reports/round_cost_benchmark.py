@@ -150,6 +150,21 @@ def _digest(weights) -> str:
   return digest.hexdigest()
 
 
+def next_round(process, state, data, settled: bool):
+  """The state after a round of `process`; `settled`: with the spreadout
+  index's moved rows placed (`class_neighbours.settle_moves`), which a run
+  does in the background while the next round's calls run. Measuring each
+  process alone (`one_call_at_a_time`), they are not left beside the next
+  calls: a worker whose call ran beside the shards' placing took 14.0-14.2
+  CPU s a round at Amazon-670K's shape (4,000 clients, one worker, 3 shards)
+  against 11.5-12.1 with it settled, its kernel's part 2.0-2.2 s against
+  0.7-1.0 (three sittings each, alternated)."""
+  state = process.next(state, data).state
+  if settled:
+    class_neighbours.settle_moves()
+  return state
+
+
 def busiest_worker_shares(runs: Sequence[Dict[str, Any]]) -> List[Optional[float]]:
   """For each run on several workers, its busiest worker's CPU seconds a round
   over those of the one worker of the run at the same classes, spreadout
@@ -206,13 +221,15 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
   after; one worker took 6.4-6.7 from the second on; one-off, by each
   round's /proc clocks).
   On `workers` local TFF workers (`tff_runtime.several_local_workers`; with
-  `one_call_at_a_time`, taking their calls in turn), the CPU seconds a round
-  of this process (the driver, without the memory sampler's thread, stated
-  apart) and of each worker, with the kernel's part of each worker's (where
-  its page faults show: memory it hands back and touches again; not the
-  driver's, which holds the sampler's reads of /proc), the bytes a round to
-  and from each worker (`wire_bytes`: each machine's link), and a digest of
-  the weights after the rounds (equal on any number of workers).
+  `one_call_at_a_time`, taking their calls in turn, and the rows a round
+  moved in the spreadout's index placed before the next round: `next_round`),
+  the CPU seconds a round of this process (the driver, without the memory
+  sampler's thread, stated apart) and of each worker, with the kernel's part
+  of each worker's (where its page faults show: memory it hands back and
+  touches again; not the driver's, which holds the sampler's reads of
+  /proc), the bytes a round to and from each worker (`wire_bytes`: each
+  machine's link), and a digest of the weights after the rounds (equal on any
+  number of workers).
   With `spreadout_shards` (FedAwS, approximate), the index's lists live in
   as many local `scripts.spreadout_shard` processes, whose CPU seconds (and
   the kernel's) and bytes a round are stated too; with `table_servers`
@@ -270,7 +287,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
       served_table.use_table_servers([])
     state = process.initialize()
     for _ in range(warmup_rounds):
-      state = process.next(state, data).state
+      state = next_round(process, state, data, one_call_at_a_time)
     # The spreadout index's rows moved by a round are placed in the
     # background: the window holds the timed rounds' placements, whole.
     class_neighbours.settle_moves()
@@ -281,7 +298,7 @@ def round_benchmark(num_classes: int, algorithm: str = "fedss", bag: str = "sele
     sampler_before = peak.sampler_cpu_seconds()
     for _ in range(repeats):
       start = time.perf_counter()
-      state = process.next(state, data).state
+      state = next_round(process, state, data, one_call_at_a_time)
       seconds.append(time.perf_counter() - start)
     class_neighbours.settle_moves()
     cpu_after = [_cpu_seconds(p) for p in processes]
