@@ -13,8 +13,11 @@ product on L2-normalized rows, stored in float16) across rounds instead:
   clients train (at 670k classes a 100-client round 0.53-0.61 s -> 0.49-0.54);
 - a query scans its `nprobe` nearest lists, about nprobe / nlist of the
   table, so a round's search grows as sqrt(C), not C;
-- the scan reads float16 rows, half the bytes of float32 (the scan is bound
-  by memory: 1,000 queries at 670k classes took 0.24 s instead of 0.33),
+- the scan reads float16 rows, half the bytes of float32 (1,000 queries at
+  670k classes took 0.24 s instead of 0.33); in float16 faiss's work a row
+  (~15 ns a core) bounds it, not memory: bfloat16 or 8-bit rows, or the
+  queries sorted by their lists, scanned as fast (0.09-0.11 s on 2 cores,
+  one-off),
   and its `RERANK` x (k + 1) best are re-ranked by their float32 cosines, so
   the order is the exact cosines' (scanning every list finds the exact top-k);
 - the lists may live in `ListShard`s on other machines (`RemoteShard`,
