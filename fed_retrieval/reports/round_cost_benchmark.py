@@ -158,7 +158,7 @@ def next_round(process, state, data, settled: bool):
   calls: a worker whose call ran beside the shards' placing took 14.0-14.2
   CPU s a round at Amazon-670K's shape (4,000 clients, one worker, 3 shards)
   against 11.5-12.1 with it settled, its kernel's part 2.0-2.2 s against
-  0.7-1.0 (three sittings each, alternated)."""
+  0.7-1.0 (three runs each, alternated)."""
   state = process.next(state, data).state
   if settled:
     class_neighbours.settle_moves()
