@@ -106,3 +106,28 @@ def test_contexts_sharing_a_lock_take_their_calls_in_turn():
     thread.join()
   assert len(seen) == 6 and not any(overlaps)
   assert contexts[0].executor_factory == "factory"
+
+
+# The training loop prints progress lines without pause while a watcher
+# thread ends the program with `exit_with`.
+_EXIT_BESIDE_PRINTS = """
+import threading, time
+from fed_retrieval.runtime import tff_runtime
+from fed_retrieval.training import progress as lines
+def progress():
+  while True:
+    lines.ProgressLines("federated", "round", 10).report(5, "loss 1.7449")
+threading.Thread(target=progress, daemon=True).start()
+time.sleep(0.02)
+threading.Thread(target=tff_runtime.exit_with, args=("error: worker lost",)).start()
+time.sleep(60)
+"""
+
+
+def test_the_exit_line_is_the_last_line_though_another_thread_prints():
+  for _ in range(10):
+    ended = script_runs.run_code(_EXIT_BESIDE_PRINTS, timeout=60)
+    lines = ended.stderr.splitlines()
+    assert ended.returncode == 3
+    assert lines[0].startswith("federated: round 5/10, loss 1.7449; 0 s elapsed")
+    assert lines[-1] == "error: worker lost"

@@ -76,6 +76,7 @@ _network_isolated = False
 _restarts_allowed = False  # Inside `worker_restarts_allowed()`.
 _max_worker_restarts = 3
 _deaths: list = []  # Deaths of workers not yet taken by `take_worker_death`.
+_exiting = threading.Lock()  # Held by the thread in `exit_with`.
 
 
 class WorkerDeath:
@@ -108,13 +109,21 @@ def set_max_worker_restarts(count: int) -> None:
 
 
 def exit_with(line: str) -> None:
-  """Ends the program at once with `line` on stderr and WORKER_DIED_EXIT_CODE
-  (a worker or a spreadout shard lost; a re-run resumes): also from a watcher
-  thread, where raising would end only that thread."""
-  sys.stdout.flush()
-  sys.stderr.write(line + "\n")
-  sys.stderr.flush()
-  os._exit(WORKER_DIED_EXIT_CODE)  # pylint: disable=protected-access
+  """Ends the program at once with `line` as the last line on stderr and
+  WORKER_DIED_EXIT_CODE (a worker or a spreadout shard lost; a re-run
+  resumes): also from a watcher thread, where raising would end only that
+  thread. Other threads' later output (a round's progress line) is dropped,
+  as is a line they have begun (sys.stderr sends whole lines: its pending
+  text is not flushed); of two threads ending the program, one line is
+  written."""
+  with _exiting:
+    sys.stdout.flush()
+    stderr = os.dup(2)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    os.write(stderr, (line + "\n").encode())
+    os._exit(WORKER_DIED_EXIT_CODE)  # pylint: disable=protected-access
 
 
 def worker_died_message(death: WorkerDeath) -> str:

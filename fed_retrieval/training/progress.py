@@ -46,9 +46,13 @@ class ProgressLines:
     self._stream = stream
 
   def say(self, message: str) -> str:
-    """Prints '<name>: <message>' (a start, a resume, an end)."""
+    """Prints '<name>: <message>' (a start, a resume, an end) in one write,
+    so a thread ending the program (`tff_runtime.exit_with`) finds no line
+    half-written."""
     line = f"{self._name}: {message}"
-    print(line, file=self._stream or sys.stderr, flush=True)
+    stream = self._stream or sys.stderr
+    stream.write(line + "\n")
+    stream.flush()
     return line
 
   def report(self, done: int, figures: str = "") -> str:
