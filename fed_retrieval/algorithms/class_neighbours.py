@@ -5,9 +5,18 @@ An exact search scores every updated class against the whole table, O(updated
 x C) a round: at Amazon-670K's 670,000 labels that was most of a FedAwS
 round. `ApproximateNeighbours` keeps an inverted file (faiss IVF, inner
 product on L2-normalized rows, stored in float16) across rounds instead:
-- the lists are the Voronoi cells of `nlist` = 4 sqrt(C) centroids, unit rows
+- the lists are the Voronoi cells of `nlist` = 2 sqrt(C) centroids, unit rows
   drawn (by the seed) from the initial table and never moved, so which list
-  a row sits in depends only on its current value;
+  a row sits in depends only on its current value. Not the 4 sqrt(C) of an
+  index searched by queries alone: each round also scores the rows it moves
+  (~10 times its queries) against every centroid, and with `NPROBE` 32 of
+  2 sqrt(C) a query scans the share of the table 64 of 4 sqrt(C) did. At
+  670k classes the driver took 0.44-0.48 CPU s a 100-client round against
+  0.55-0.57 (`benchmark_round_cost`, alternated; one-off); fewer, larger
+  cells probed cost recall on loose clusters (0.91 -> 0.86 at recall@10,
+  `test_class_neighbours`), and on Delicious FedAwS's test P@1 was 50.7
+  +- 0.9 against 48.5 +- 0.7 with 4 sqrt(C) (seeds 0-2, each seed higher;
+  exact 50.8 +- 1.0); on Bibtex every list is scanned either way;
 - each round only the rows the round changed are moved between lists, those
   the spreadout step moved in a thread of their own while the next round's
   clients train (at 670k classes a 100-client round 0.53-0.61 s -> 0.49-0.54);
@@ -32,9 +41,8 @@ pass over the table) and finds the neighbours the uninterrupted run found,
 bar such rows (there scored among the round's moved rows, here among the
 whole table). Its recall@k against the exact search is measured, never
 assumed (`recall_against_exact`, and `scripts.benchmark_round_cost` prints
-it). It is asked for, never chosen for the user: on Delicious (983 labels,
-half the lists scanned) FedAwS's test P@1 was 47.8 with it against 49.0
-exact at seed 0 (README).
+it). It is asked for, never chosen for the user: the README states its
+cost and recall at Amazon-670K's shape and its precision on Delicious.
 """
 
 import concurrent.futures
@@ -48,7 +56,7 @@ from fed_retrieval.algorithms import row_ids
 from fed_retrieval.runtime import array_service
 
 SEARCHES = ("exact", "approximate")
-NPROBE = 64
+NPROBE = 32
 # Candidates of the float16 scan re-ranked in float32, per neighbour asked for.
 RERANK = 2
 RERANK_QUERIES = 2048  # Queries re-ranked at once (`_reranked`).
@@ -252,7 +260,7 @@ class ApproximateNeighbours:
   def __init__(self, initial_table: np.ndarray, seed: int, nprobe: int = NPROBE,
                shards: Sequence = ()):
     num_rows, _ = initial_table.shape
-    nlist = max(1, min(num_rows, int(round(4 * np.sqrt(num_rows)))))
+    nlist = max(1, min(num_rows, int(round(2 * np.sqrt(num_rows)))))
     rng = np.random.default_rng([seed, num_rows])
     centroids = _normalized(initial_table[np.sort(rng.choice(num_rows, nlist,
                                                               replace=False))])
