@@ -12,7 +12,9 @@ product on L2-normalized rows, stored in float16) across rounds instead:
   (~10 times its queries) against every centroid, and with `NPROBE` 32 of
   2 sqrt(C) a query scans the share of the table 64 of 4 sqrt(C) did. At
   670k classes the driver took 0.44-0.48 CPU s a 100-client round against
-  0.55-0.57 (`benchmark_round_cost`, alternated; one-off); fewer, larger
+  0.55-0.57 (`benchmark_round_cost`, alternated; one-off), and at 4,000
+  clients (~310,000 moved rows) three shards together 12.8 and 17.4 CPU s
+  a round against 20.4 and 19.5 (one worker, two runs each); fewer, larger
   cells probed cost recall on loose clusters (0.91 -> 0.86 at recall@10,
   `test_class_neighbours`), and on Delicious FedAwS's test P@1 was 50.7
   +- 0.9 against 48.5 +- 0.7 with 4 sqrt(C) (seeds 0-2, each seed higher;
