@@ -112,10 +112,10 @@ def exit_with(line: str) -> None:
   """Ends the program at once with `line` as the last line on stderr and
   WORKER_DIED_EXIT_CODE (a worker or a spreadout shard lost; a re-run
   resumes): also from a watcher thread, where raising would end only that
-  thread. Other threads' later output (a round's progress line) is dropped,
-  as is a line they have begun (sys.stderr sends whole lines: its pending
-  text is not flushed); of two threads ending the program, one line is
-  written."""
+  thread. Other threads' later output (a round's progress line) is dropped:
+  a line they write in one write (`progress.ProgressLines`) comes whole
+  before `line` or not at all; of two threads ending the program, one line
+  is written."""
   with _exiting:
     sys.stdout.flush()
     stderr = os.dup(2)
