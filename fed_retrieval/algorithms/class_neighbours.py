@@ -9,7 +9,7 @@ product on L2-normalized rows, stored in float16) across rounds instead:
   drawn (by the seed) from the initial table and never moved, so which list
   a row sits in depends only on its current value. Not the 4 sqrt(C) of an
   index searched by queries alone: each round also scores the rows it moves
-  (~10 times its queries) against every centroid, and with `NPROBE` 32 of
+  (~10 times its queries, counted one-off) against every centroid, and with `NPROBE` 32 of
   2 sqrt(C) a query scans the share of the table 64 of 4 sqrt(C) did. At
   670k classes the driver took 0.44-0.48 CPU s a 100-client round against
   0.55-0.57 (`benchmark_round_cost`, alternated; one-off), and at 4,000
