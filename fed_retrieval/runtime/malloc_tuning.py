@@ -37,11 +37,17 @@ CPU s a round instead of 1.04-1.41 on 3 workers (4,000 clients, the index on
 keeps ~0.25 GB more (the tree over 10 rounds 7.1 -> 7.3 GB; one-off, by each
 process's RSS after each round); smaller rounds
 (FedAwS's default benchmark round, 14 alternated runs each; the real data
-sets' runs) did not move beyond the noise. The workers still map theirs:
-with every process's from the heap (the settings and `MALLOC_MMAP_MAX_=0`
-as environment variables), three workers beside three shards at that shape took 8.1-8.6
-CPU s a round together against 8.0-8.1 and the tree peaked at 7.5-7.6 GB
-against 7.0-7.1 (two runs each, alternated).
+sets' runs) did not move beyond the noise. The workers still map theirs,
+which bounds the tree at a cost in CPU where page faults are dear: at that
+shape (4,000 clients, the index on 3 shards) the kernel took 5.4-6.1 of one
+worker's 25.1-25.5 CPU s a round on a noisy 2-core VM, 1.4-1.7 of
+16.2-19.4 with `MALLOC_MMAP_MAX_=0` in the workers' environment too (two
+runs each, alternated); FedSS's three local workers took 10.2-14.0 against
+13.6-14.3, but its tree peaked at 8.4-8.5 GB against 7.4 (each worker keeps
+its calls' peak in its heap), over the 8 GB its 4,000-client rounds are
+bounded to here. The workers' trim threshold and pad at 32 MB
+kept FedSS's tree at 7.6 GB but gave the faults back (one FedAwS worker
+21.2 CPU s, 5.9 in the kernel); one arena on the workers, 24.5-25.2 CPU s.
 
 One arena: with a second one, which the calls' threads shared, 15% of the
 driver's samples on three workers were the kernel's clearing and faulting
