@@ -43,11 +43,12 @@ shape (4,000 clients, the index on 3 shards) the kernel took 5.4-6.1 of one
 worker's 25.1-25.5 CPU s a round on a noisy 2-core VM, 1.4-1.7 of
 16.2-19.4 with `MALLOC_MMAP_MAX_=0` in the workers' environment too (two
 runs each, alternated); FedSS's three local workers took 10.2-14.0 against
-13.6-14.3, but its tree peaked at 8.4-8.5 GB against 7.4 (each worker keeps
-its calls' peak in its heap), over the 8 GB its 4,000-client rounds are
-bounded to here. The workers' trim threshold and pad at 32 MB
-kept FedSS's tree at 7.6 GB but gave the faults back (one FedAwS worker
-21.2 CPU s, 5.9 in the kernel); one arena on the workers, 24.5-25.2 CPU s.
+13.6-14.3, but its tree peaked at 8.4-8.5 GB against 7.4 (two runs against
+one; each worker keeps its calls' peak in its heap), over the 8 GB its
+4,000-client rounds are bounded to here. The workers' trim threshold and
+pad at 32 MB kept FedSS's tree at 7.6 GB but gave the faults back (one
+FedAwS worker 21.2 CPU s, 5.9 in the kernel; one run each); one arena on
+the workers, 24.5-25.2 CPU s.
 
 One arena: with a second one, which the calls' threads shared, 15% of the
 driver's samples on three workers were the kernel's clearing and faulting
