@@ -6,6 +6,7 @@ import collections
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from fed_retrieval.algorithms import row_sums
 from fed_retrieval.algorithms import served_table
@@ -378,20 +379,24 @@ def test_a_calls_sums_on_every_row_or_on_its_rows_give_the_same_weights(
 
 @pytest.mark.parametrize("share,dense", [(0.0, True), (2.0, False)])
 def test_a_shards_sums_leave_out_what_is_not_real(monkeypatch, share, dense):
-  """`ClientRound._sums_per_row` of 6 uploads on a 10-row table, a shard reading
-  rows 1, 4, 7 and 9: each row's real values summed in order (row 9 read,
-  but only by a slot that is not real: zero), on every row (`DENSE_SHARE`
-  0) or on the rows it reads; and how many real slots held each."""
+  """`ShardRowSums` of two clients' 3 uploads each on a 10-row table, a shard
+  reading rows 1, 4, 7 and 9: each row's real values summed in the clients'
+  order (row 9 read, but only by a slot that is not real: zero), on every
+  row (`DENSE_SHARE` 0) or on the rows it reads; and how many real slots
+  held each."""
   monkeypatch.setattr(sub_model_clients, "DENSE_SHARE", share)
   values = np.arange(12, dtype=np.float32).reshape(6, 2) + 0.5
   ids = np.array([4, 1, 4, 7, 1, 9], np.int32)
   real = np.array([True, True, False, True, True, False])
   call_keys = np.array([1, 4, 7, 9], np.int32)
   places = np.searchsorted(call_keys, ids).astype(np.int32)
-  sums = sub_model_clients.ClientRound._sums_per_row(  # pylint: disable=protected-access
-      values, ids, places, call_keys, 10, real).numpy()
-  holders = sub_model_clients.ClientRound._sums_per_row(  # pylint: disable=protected-access
-      np.ones(6, np.int32), ids, places, call_keys, 10, real).numpy()
+  summed = sub_model_clients.ShardRowSums(tf.constant(call_keys), 10)
+  sums, holders = summed.zeros([2]), summed.zeros([], tf.int32)
+  for client in (slice(0, 3), slice(3, 6)):
+    parts = ids[client], places[client], real[client]
+    sums = summed.add(sums, values[client], *parts)
+    holders = summed.add(holders, np.ones(3, np.int32), *parts)
+  sums, holders = sums.numpy(), holders.numpy()
   expected = np.array([values[1] + values[4], values[0], values[3], [0.0, 0.0]])
   if dense:
     np.testing.assert_array_equal(sums[call_keys], expected)
@@ -401,6 +406,23 @@ def test_a_shards_sums_leave_out_what_is_not_real(monkeypatch, share, dense):
   else:
     np.testing.assert_array_equal(sums, expected)
     np.testing.assert_array_equal(holders, [2, 1, 1, 0])
+
+
+@pytest.mark.parametrize("share,expected", [(0.0, [0.0, 0.0, 3.0]), (2.0, [0.0, 3.0])])
+def test_a_shards_sums_start_from_new_zeros_at_every_call(monkeypatch, share, expected):
+  """`ShardRowSums.add` writes into its array: in a graph called three
+  times, its rows a constant of the graph (as Grappler may fold), each
+  call sums from zeros of its own, none left from the call before; on
+  every row of a 3-row table or on the call's keys, rows 0 and 2."""
+  monkeypatch.setattr(sub_model_clients, "DENSE_SHARE", share)
+  summed = sub_model_clients.ShardRowSums(tf.constant([0, 2], tf.int32), 3)
+
+  @tf.function
+  def sums(values):
+    return summed.add(summed.zeros([1]), values, tf.constant([2, 2]), tf.constant([1, 1]))
+
+  for _ in range(3):
+    np.testing.assert_array_equal(sums(tf.constant([[1.0], [2.0]]))[:, 0], expected)
 
 
 @pytest.mark.parametrize("table_rows", [4, 10])  # Dense: the call reads every row.
