@@ -201,9 +201,9 @@ class ShardRowSums:
 
   `add` writes into the array it is given (`tf.raw_ops.InplaceAdd`): each
   array comes from `zeros` and passes only from one `add` to the next. A
-  row's values add in the clients' order, as a segment sum of them all end
-  to end did: the same sums to the bit, without that array of every
-  client's rows (FedAwS's shards' bag rows at Amazon-670K's shape, 4,000
+  row's values add in the clients' order: the same sums to the bit as one
+  segment sum of every client's rows end to end, without that array
+  (FedAwS's shards' bag rows at Amazon-670K's shape, 4,000
   clients: 334 clients of ~1,590 rows of 64 floats, ~136 MB a shard,
   mapped afresh and faulted in, 54% of a worker's page faults; perf, one
   run)."""
