@@ -48,7 +48,12 @@ one; each worker keeps its calls' peak in its heap), over the 8 GB its
 4,000-client rounds are bounded to here. The workers' trim threshold and
 pad at 32 MB kept FedSS's tree at 7.6 GB but gave the faults back (one
 FedAwS worker 21.2 CPU s, 5.9 in the kernel; one run each); one arena on
-the workers, 24.5-25.2 CPU s.
+the workers, 24.5-25.2 CPU s. Those runs' shards still held every client's
+rows at once (before `sub_model_clients.ShardRowSums`); since, FedSS's tree
+on three workers peaked at 6.5 GB, and at 7.5 GB with `MALLOC_MMAP_MAX_=0`
+on the workers, where the busiest of three FedAwS workers (one call at a
+time) then took 0.37x one worker's CPU (one run each):
+a lead, not yet measured enough to change the workers' settings.
 
 One arena: with a second one, which the calls' threads shared, 15% of the
 driver's samples on three workers were the kernel's clearing and faulting
