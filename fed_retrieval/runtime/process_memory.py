@@ -107,8 +107,8 @@ class ProcessTreePeak:
   def __exit__(self, *exc_info) -> None:
     self._stop.set()
     self._thread.join()
-    self._list_tree()
     self._sample()
+    self._list_tree()  # After the last sample: a live process's mark >= its RSS.
 
   @property
   def peak_rss_mb(self) -> float:
