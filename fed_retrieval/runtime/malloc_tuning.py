@@ -54,16 +54,17 @@ a noisy 2-core VM whose kernel hands freed memory back to its host (so a
 worker idle between its calls may fault its pages in from the host):
 FedSS's tree on three workers (`benchmark_round_cost --algorithm=fedss
 --local_workers=3`, 4,000 clients) peaked at 6.4 and 6.7 GB with the
-workers mapping, 7.5 and 8.1 with `MALLOC_MMAP_MAX_=0` on the workers (over
-the bound again) and 6.6 and 6.7 with one arena on them too. With the calls
+workers mapping, 7.5 and 8.1 with `MALLOC_MMAP_MAX_` 0 added to `SETTINGS`
+(over the bound again; set in the environment it would switch the rest
+off) and 6.6 and 6.7 with `MALLOC_ARENA_MAX` 1 there too. With the calls
 one at a time (FedAwS, `--local_workers=1,3 --local_spreadout_shards=3
 --one_call_at_a_time`), the busiest of three workers took 0.325-0.469x one
 worker's CPU mapping (five sittings, median 0.417), 0.306-0.407x (four,
 median 0.366) not mapping, and 0.288-0.386x (five, median 0.340) not
 mapping on one arena; but on one arena every worker took more: one worker
 23.4-27.2 CPU s a round against 18.8-21.4, each of three 7.2-8.2 against
-6.4-8.9 (the last pair, one right after the other: 23.4 against 20.3, 7.4-7.8 against
-6.4-6.6), so its share fell by its own cost. Hence the workers map theirs.
+6.4-8.9 (the last pair, one right after the other: 23.4 against 20.3,
+7.4-7.8 against 6.4-6.6), so its share fell by its own cost. Hence the workers map theirs.
 
 One arena: with a second one, which the calls' threads shared, 15% of the
 driver's samples on three workers were the kernel's clearing and faulting
