@@ -146,14 +146,15 @@ def test_sittings_run_the_configurations_in_turn_and_give_the_median_ratio():
   assert report["runs"][0]["seconds_per_round_min"] == seconds[0, 0]
 
 
-def test_the_busiest_workers_share_is_of_the_one_worker_at_the_same_classes_and_shards():
+def test_the_workers_shares_are_of_the_one_worker_at_the_same_classes_and_shards():
   def run(classes, workers, cpu, shards=0):
     return {"num_classes": classes, "workers": workers, "spreadout_shards": shards,
             "cpu_seconds_per_round": {"workers": cpu}}
 
   runs = [run(300, 1, [2.0]), run(300, 3, [0.6, 0.9, 0.5]), run(300, 1, [4.0], shards=2),
           run(300, 3, [1.0, 1.2, 1.1], shards=2), run(600, 3, [1.0, 1.0, 1.0])]
-  assert round_cost_benchmark.busiest_worker_shares(runs) == [None, 0.45, None, 0.3, None]
+  assert round_cost_benchmark.worker_cpu_shares(runs) == [None, 0.45, None, 0.3, None]
+  assert round_cost_benchmark.worker_cpu_shares(runs, sum) == [None, 1.0, None, 0.825, None]
 
 
 def test_the_modelled_round_adds_the_busiest_machine_to_the_driver():
@@ -182,6 +183,11 @@ def test_one_and_two_workers_in_sittings_give_the_busiest_workers_median_share()
   one, two = report["runs"]
   assert by_sitting[0][1] == round(max(two["cpu_seconds_per_round"]["workers"]) /
                                    one["cpu_seconds_per_round"]["workers"][0], 3)
+  total = report["workers_cpu_total_share_by_sitting"]
+  assert total[0] == [None, round(sum(two["cpu_seconds_per_round"]["workers"]) /
+                                  one["cpu_seconds_per_round"]["workers"][0], 3)]
+  assert report["workers_cpu_total_share"] == [
+      None, round(float(np.median([shares[1] for shares in total])), 3)]
   driver_shares = report["driver_share_of_modelled_round_by_sitting"]
   assert driver_shares[0] == [r["modelled_round"]["driver_share"] for r in (one, two)]
   assert report["driver_share_of_modelled_round"] == [

@@ -14,7 +14,7 @@ worker, where the computations run); run one configuration per process, as
 
 import hashlib
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import psutil
@@ -165,11 +165,16 @@ def next_round(process, state, data, settled: bool):
   return state
 
 
-def busiest_worker_shares(runs: Sequence[Dict[str, Any]]) -> List[Optional[float]]:
-  """For each run on several workers, its busiest worker's CPU seconds a round
-  over those of the one worker of the run at the same classes, spreadout
-  shards and table servers (what N machines would each take of one's
-  work); None for the rest."""
+def worker_cpu_shares(runs: Sequence[Dict[str, Any]],
+                      combine: Callable[[Sequence[float]], float] = max
+                      ) -> List[Optional[float]]:
+  """For each run on several workers, its workers' CPU seconds a round,
+  `combine`d, over those of the one worker of the run at the same classes,
+  spreadout shards and table servers; None for the rest. `max`: the busiest
+  worker's share (what each of N machines would take of one's work); `sum`:
+  the split's cost (1.0 when N workers do one's work between them and no
+  more), so that the busiest's excess over sum / N is the calls' imbalance
+  or the machine's noise, not the design's."""
   def kind(r):
     return r["num_classes"], r.get("spreadout_shards", 0), r.get("table_servers", 0)
 
@@ -178,7 +183,7 @@ def busiest_worker_shares(runs: Sequence[Dict[str, Any]]) -> List[Optional[float
   shares = []
   for r in runs:
     one = single.get(kind(r))
-    shares.append(round(max(r["cpu_seconds_per_round"]["workers"]) / one, 3)
+    shares.append(round(combine(r["cpu_seconds_per_round"]["workers"]) / one, 3)
                   if r["workers"] > 1 and one else None)
   return shares
 
