@@ -55,6 +55,24 @@ def test_tuned_process_stops_faulting_its_buffers_in_again(megabytes):
   assert tuned < 0.2 * default
 
 
+HUGEPAGES = """
+import sys
+from fed_retrieval.runtime import malloc_tuning
+if sys.argv[1] == "tuned":
+  assert malloc_tuning.tune_this_process()
+import numpy
+print(numpy.core.multiarray._get_madvise_hugepage())
+"""
+
+
+def test_tuned_process_keeps_numpy_from_advising_huge_pages(monkeypatch):
+  monkeypatch.delenv(malloc_tuning.NUMPY_HUGEPAGES, raising=False)
+  assert _printed(HUGEPAGES, "default") == "True"  # NumPy's own, on Linux >= 4.6.
+  assert _printed(HUGEPAGES, "tuned") == "False"
+  monkeypatch.setenv(malloc_tuning.NUMPY_HUGEPAGES, "1")  # The user's choice wins.
+  assert _printed(HUGEPAGES, "tuned") == "True"
+
+
 def test_worker_environment_adds_the_settings_unless_any_is_set(monkeypatch):
   for name in malloc_tuning.SETTINGS:
     monkeypatch.delenv(name, raising=False)
