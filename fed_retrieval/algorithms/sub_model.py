@@ -5,8 +5,9 @@ the model is a dense part (the "tower": every client receives all of it) and
 an embedding table of which each client receives only the rows of its keys;
 optionally the tower's first weight, an embedding bag over sparse features,
 is selected the same way (`SelectedBag`: a client receives only the rows of
-the features its points contain). A round (`SubModelProcess.next`; the clients' TFF computations in
-`sub_model_clients`, the server's answers in `sub_model_answers`):
+the features its points contain). A round (`SubModelProcess.next`; the
+clients' TFF computations in `sub_model_clients`, the server's answers in
+`sub_model_answers`):
 1. Every client computes its fixed-size class key set from its own data and
    the round (`SubModelSpec.client_keys`) and the features it holds
    (`SelectedBag.keys`), as a TFF computation on the clients.
@@ -26,68 +27,43 @@ the features its points contain). A round (`SubModelProcess.next`; the clients' 
 
 With `sharded` (runs default to it: `--client_shards`), a TFF client is a
 shard of clients, their batches one client after another (a
-`client_data.Shard`, sent as its arrays), as FedAvg's shards (`client_shards`) are:
-step 1 returns each of the shard's clients' keys, computed from that
-client's own examples, and with a bag the distinct bag rows its clients read
-(each client's own bag keys stay in the worker for step 2,
-`worker_values.invoke_holding`); the server answers the shard as one
-(where its distinct keys are among the class rows its worker holds for
+`client_data.Shard`, sent as its arrays, not as a dataset's graph, which
+the worker rebuilt in each computation that read it), as FedAvg's shards
+(`client_shards`) are: step 1 returns each of the shard's clients' keys,
+computed from that client's own examples, and with a bag the distinct bag
+rows its clients read (each client's own bag keys stay in the worker for
+step 2, `worker_values.invoke_holding`); the server answers the shard as
+one (where its distinct keys are among the class rows its worker holds for
 the round, its clients' keys, and which bag rows the call reads); step 2
 trains the shard's clients one after another in one pass over its
 batches, each from the round's model with its own rows (gathered from the
-worker's by its keys' places among the shard's), and
-returns their class-row deltas summed per row with how many clients held
-each (on the shard's distinct rows), their bag deltas summed over the
-call's shards in TFF (on the call's rows), each as an array of the table's
-shape instead when those rows are most of it, and their tower deltas' mean.
-The round is the one of a TFF client each (tested, to rounding) without
-TFF's cost per client call, twice a round (a client's dataset serialized
-into the worker, its result out): on `xc_small`, 100 clients a round, a
-FedAwS round took 0.70 s instead of 1.33. At Amazon-670K's shape, 4,000
-clients a round (`scripts.benchmark_round_cost`), sending each shard's
-distinct bag rows once took the round from 51 s to 18-24 s; a shard of 250
-clients reads 95% of the bag, so sending them once a call instead of once a
-shard took the process tree from 7.1 to 4.4-4.9 GB and the driver's CPU a
-round from 21-22 s to 16-19 s (the worker's rose 10 -> 12-14 s: summing the
-call's bag deltas in TFF). Now the bag rows a worker's calls read go to it
-once a round, as its shards' class rows do (`sub_model_answers.RoundRows`,
-values the worker holds: `worker_values`), and a call sends only which of
-them it reads: on one
-worker the round took 16.2 s instead of 18.8-19.0 and the driver 3.5 CPU s
-instead of 4.2-5.4 (the index on 2 shards); on three workers 15.2 s instead
-of 19.0, the busiest worker 4.8 CPU s instead of 5.5 and the process tree
-8.4 GB instead of 11.2 (the index on the driver; side by side each).
+worker's by its keys' places among the shard's), and returns their
+class-row deltas summed per row with how many clients held each (on the
+shard's distinct rows), their bag deltas summed over the call's shards in
+TFF (on the call's rows), each as an array of the table's shape instead
+when those rows are most of it, and their tower deltas' mean. The round is
+the one of a TFF client each (tested, to rounding) without TFF's cost per
+client call, twice a round: on `xc_small`, 100 clients a round, a FedAwS
+round took 0.70 s instead of 1.33.
 
 A round's TFF calls take at most `MAX_CLIENTS_PER_CALL` clients, the server
 folding each call's uploads into per-row sums as it returns
 (`row_sums.RowSums`, for the class rows and the bag's), so a round of
-thousands of clients holds one call's answers and uploads at a time. With
-table servers (`served_table.use_table_servers`; sharded, the rows trained
-by their means alone, as FedSS's are), the class table is theirs in ranges:
-a worker's class rows come from them as a piece per range, and each call
-leaves its shards' sums of each range's rows in the worker for that range's
-server to fold, in the calls' order, the driver folding the bag's alone
-(`served_table` says what it saves). Each call's data goes to its worker
-once, as a value the worker holds for the round (`worker_values`): step 1
-computes the call's keys from it and step 2 trains on it. On several
+thousands of clients holds one call's answers and uploads at a time. What a
+worker's calls read of the class table and the bag goes to it once a round,
+each row once, as values it holds (`sub_model_answers.RoundRows`,
+`worker_values`), and so does each call's data (step 1 computes the call's
+keys from it, step 2 trains on it); every value goes as the bytes of its
+request, each array copied once (`value_bytes`). With table servers
+(`served_table.use_table_servers`; sharded, the rows trained by their means
+alone, as FedSS's are), the class table is theirs in ranges: a worker's
+class rows come from them as a piece per range, and each call leaves its
+shards' sums of each range's rows in the worker for that range's server to
+fold, in the calls' order, the driver folding the bag's alone. On several
 workers (`tff_runtime.worker_contexts`) call i goes to worker i mod their
 number, each worker receiving only its clients' answers and data: the
 calls, and so the results, are one worker's (tested bit for bit); a round
-of one call runs on the first worker. Sending the data once and summing the
-bag's deltas in place took the driver's CPU a round from 3.7-4.3 to 3.2-3.4 s
-(with the benchmark's memory sampler, then counted as the driver's) and the
-process tree from 5.2 to 4.9-5.0 GB (4,000 clients at Amazon-670K's shape,
-one worker, the index on 3 shards; side by side, two sittings); the worker's
-CPU did not move beyond the sittings' spread: it parses a call's data in
-each computation that reads it, held or sent. The values go to the workers
-as the bytes of their requests, each array copied once (`value_bytes`): the
-driver's CPU a round 2.1-2.2 -> 1.8 s on one worker, 3.2-4.3 -> 2.4-2.5 s
-on three (two sittings side by side, the same weights to the bit). A shard
-goes as its arrays (`client_data.shard_arrays`), not as its dataset's graph
-(TF's `DatasetToGraphV2`, which the worker rebuilt in each computation that
-read it): the driver's CPU sending a round's data 0.094-0.103 -> 0.071-0.081
-s, and the process tree's peak 7.24-7.26 -> 6.81-6.87 GB (three workers,
-three shards; by thread clocks, two runs each way; one-off).
+of one call runs on the first worker.
 
 Why the server's side runs in Python and not in TFF (measured here, TFF 0.87):
 `tff.federated_select` passes the whole table into each key's selection (~10
