@@ -23,10 +23,10 @@ of the weights (the same on any number of workers); with
 With one worker and several among --local_workers, `busiest_worker_cpu_share`
 gives each several-worker run's busiest worker's CPU over the one worker's,
 and `workers_cpu_total_share` its workers' CPU summed over the one worker's
-(the split's cost; the median over sittings, each sitting's too). Every run states its round
-modelled on as many machines as workers, each with its worker and a share
-of the shards (`modelled_round`: the driver's CPU seconds plus the busiest
-machine's), and `driver_share_of_modelled_round` the driver's share of it
+(the split's cost; the median over sittings, each sitting's too). Every run
+states its round modelled on as many machines as workers, each with its
+worker and a share of the shards (`modelled_round`: the driver's CPU
+seconds plus the busiest machine's), and `driver_share_of_modelled_round` the driver's share of it
 (the median over sittings; each sitting's too).
 `make benchmark-round-cost` runs both algorithms at 10k, 100k and 670k
 classes (Amazon-670K's 135,909 features) with the same clients, the
@@ -195,8 +195,10 @@ def main(argv) -> None:
     if len(sittings) > 1:
       report["seconds_per_round_min_by_sitting"] = seconds.tolist()
       report["seconds_ratio_by_sitting"] = np.round(ratios, 2).tolist()
-    for name, combine in ("busiest_worker_cpu_share", max), ("workers_cpu_total_share", sum):
-      shares = [round_cost_benchmark.worker_cpu_shares(runs, combine) for runs in sittings]
+    for name, combine in (("busiest_worker_cpu_share", max),
+                          ("workers_cpu_total_share", sum)):
+      shares = [round_cost_benchmark.worker_cpu_shares(runs, combine)
+                for runs in sittings]
       if any(share is not None for share in shares[0]):
         _add_medians(report, name, shares)
     _add_medians(report, "driver_share_of_modelled_round",

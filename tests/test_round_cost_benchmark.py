@@ -154,7 +154,8 @@ def test_the_workers_shares_are_of_the_one_worker_at_the_same_classes_and_shards
   runs = [run(300, 1, [2.0]), run(300, 3, [0.6, 0.9, 0.5]), run(300, 1, [4.0], shards=2),
           run(300, 3, [1.0, 1.2, 1.1], shards=2), run(600, 3, [1.0, 1.0, 1.0])]
   assert round_cost_benchmark.worker_cpu_shares(runs) == [None, 0.45, None, 0.3, None]
-  assert round_cost_benchmark.worker_cpu_shares(runs, sum) == [None, 1.0, None, 0.825, None]
+  assert round_cost_benchmark.worker_cpu_shares(runs, sum) == [
+      None, 1.0, None, 0.825, None]
 
 
 def test_the_modelled_round_adds_the_busiest_machine_to_the_driver():

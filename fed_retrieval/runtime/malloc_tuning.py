@@ -32,7 +32,8 @@ index on 3 shards) the ninth round of every run took the driver 4.8-6.8 CPU
 s against 1.3-2.0 for rounds 3-8, three quarters of it zeroing huge pages
 (perf), and 2.0 s without the advice (five runs against one, rounds 3-8
 alike); on three workers the driver took 1.64 CPU s a round over rounds 4-9
-instead of 2.22 (`benchmark_round_cost --repeats=6`, one run each).
+instead of 2.22 (`benchmark_round_cost --repeats=6`, the first sitting
+of one run each).
 
 The driver is tuned with `mallopt` while it has one thread (at the start of
 a program that drives TFF rounds, `scripts.cli`; any other at its first
