@@ -26,12 +26,25 @@ the driver 21.6-24.4 CPU ms instead of 26.6-27.1 (20 calls each way, two
 runs, alternated; one-off); a 4,000-client round's driver did not move
 beyond its sittings' spread.
 
+The headers around the data, an array's dtype and shape and a struct
+element's name, are alike across a run's calls, so each is serialized, or
+read, once (`HEADERS`, the most recent kept). Protobuf's Python messages
+(upb, protobuf 4) each take memory of their own, and at every 10,000th free
+of it protobuf calls glibc's `malloc_trim(0)`, which hands every free page
+of the heap back to the kernel, the pages a driver keeps for its rounds'
+buffers (`malloc_tuning`) too; the next round faults them in again. At
+Amazon-670K's shape (4,000 clients, one worker) the headers were 586 of the
+driver's 790 messages a round, and every ninth round took it ~0.5-2 CPU s
+more than the others (the trim, by `strace`, and its faults).
+
 `BytesStub` is TFF's gRPC stub with a `create_value_bytes` that sends such a
 request and a `compute_bytes` that returns the response's bytes;
 `computation_cache`'s executor uses them when its stub is one.
 """
 
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
+
+import functools
 
 import grpc
 import numpy as np
@@ -56,6 +69,8 @@ READY_WAIT_SECONDS = 0.1
 # A computed array of at least this many bytes is read as a view of its
 # response; a smaller one is copied out of it.
 VIEW_BYTES = 1 << 20
+# Headers kept serialized, and read, of each kind (module docstring).
+HEADERS = 4096
 
 
 def _number(message, name: str) -> int:
@@ -69,12 +84,30 @@ def _field(message, name: str, parts: List[Part]) -> List[Part]:
   return tff_wire.field(_number(message, name), parts)
 
 
+@functools.lru_cache(maxsize=HEADERS)
+def _array_header(dtype: np.dtype, shape: Tuple[int, ...]) -> bytes:
+  """An `Array` message's dtype and shape, serialized."""
+  return array_pb2.Array(dtype=dtype_utils.to_proto(dtype.type),
+                         shape=array_shape.to_proto(shape)).SerializeToString()
+
+
+@functools.lru_cache(maxsize=HEADERS)
+def _element_name(name: str) -> bytes:
+  """A struct `Element` message's name, serialized."""
+  return executor_pb2.Value.Struct.Element(name=name).SerializeToString()
+
+
+@functools.lru_cache(maxsize=HEADERS)
+def _dtype_and_shape(header: bytes) -> Tuple[type, Optional[Tuple[int, ...]]]:
+  """The dtype and shape of a serialized `Array` message without its data."""
+  message = array_pb2.Array.FromString(header)
+  return dtype_utils.from_proto(message.dtype), array_shape.from_proto(message.shape)
+
+
 def _array_parts(value: np.ndarray, type_spec: tff.TensorType) -> List[Part]:
   """An `Array` message: dtype and shape, then the data (`content`)."""
   value = np.ascontiguousarray(np.asarray(value, type_spec.dtype.type))
-  header = array_pb2.Array(dtype=dtype_utils.to_proto(value.dtype.type),
-                           shape=array_shape.to_proto(value.shape))
-  return [header.SerializeToString()] + _field(
+  return [_array_header(value.dtype, value.shape)] + _field(
       array_pb2.Array, "content", [memoryview(value.reshape(-1).view(np.uint8))])
 
 
@@ -108,10 +141,9 @@ def value_parts(value: Any, type_spec: tff.types.Type) -> List[Part]:
       parts = []
       for (name, element_type), (_, element) in zip(
           structure.iter_elements(type_spec), structure.iter_elements(elements)):
-        parts += _field(executor_pb2.Value.Struct, "element", [
-            executor_pb2.Value.Struct.Element(name=name or "").SerializeToString()
-        ] + _field(executor_pb2.Value.Struct.Element, "value",
-                   value_parts(element, element_type)))
+        parts += _field(executor_pb2.Value.Struct, "element", [_element_name(name or "")]
+                        + _field(executor_pb2.Value.Struct.Element, "value",
+                                 value_parts(element, element_type)))
       return _field(executor_pb2.Value, "struct", parts)
   if isinstance(type_spec, tff.SequenceType) and isinstance(value, tf.data.Dataset):
     element_type = tff.types.tensorflow_to_type(value.element_spec)
@@ -145,11 +177,10 @@ def _content_array(data: memoryview, type_spec: tff.TensorType):
       content = value
     else:
       header.append(whole)
-  header = array_pb2.Array.FromString(b"".join(header))
-  shape = array_shape.from_proto(header.shape)
+  dtype, shape = _dtype_and_shape(b"".join(header))
   if content is None or array_shape.is_shape_scalar(shape):
     return None
-  value = np.frombuffer(content, dtype_utils.from_proto(header.dtype))
+  value = np.frombuffer(content, dtype)
   return (value if value.nbytes >= VIEW_BYTES else value.copy()).reshape(shape)
 
 
