@@ -138,8 +138,8 @@ benchmark-round-cost: $(STAMP)
 	    --num_features=135909 --clients_per_round=4000 --local_workers=1,2,3 --repeats=2
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedaws --num_classes=670091 \
 	    --num_features=135909 --clients_per_round=4000 --local_workers=1,3 \
-	    --local_spreadout_shards=3 --repeats=2 --spreadout_search=approximate \
-	    --one_call_at_a_time --sittings=3
+	    --local_spreadout_shards=3 --repeats=6 --spreadout_search=approximate \
+	    --one_call_at_a_time --sittings=2
 	$(PY) -m scripts.benchmark_round_cost --algorithm=fedss --num_classes=670091 \
 	    --num_features=135909 --clients_per_round=4000 --local_workers=1,3 \
 	    --local_table_servers=0,3 --repeats=2 --one_call_at_a_time --sittings=2

@@ -35,6 +35,14 @@ alike); on three workers the driver took 1.64 CPU s a round over rounds 4-9
 instead of 2.22 (`benchmark_round_cost --repeats=6`, the first sitting
 of one run each).
 
+One thing undoes the tuning now and then: protobuf 4's Python messages call
+`malloc_trim(0)` at every 10,000th free of their memory, which hands every
+free page of every arena back to the kernel whatever the thresholds, and
+the next round faults them in again (at Amazon-670K's shape 200-250k
+faults, 0.5-5.5 CPU s more than another round on a 2-core virtual
+machine). `value_bytes` keeps the driver's messages few (~430 such frees
+a round there, a trim every ~23 rounds instead of every ~8).
+
 The driver is tuned with `mallopt` while it has one thread (at the start of
 a program that drives TFF rounds, `scripts.cli`; any other at its first
 connection to a worker): glibc fixes the arena limit once reached, and
