@@ -42,9 +42,8 @@ request and a `compute_bytes` that returns the response's bytes;
 `computation_cache`'s executor uses them when its stub is one.
 """
 
-from typing import Any, List, Optional, Tuple
-
 import functools
+from typing import Any, List, Optional, Tuple
 
 import grpc
 import numpy as np
