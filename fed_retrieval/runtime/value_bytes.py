@@ -28,14 +28,11 @@ beyond its sittings' spread.
 
 The headers around the data, an array's dtype and shape and a struct
 element's name, are alike across a run's calls, so each is serialized, or
-read, once (`HEADERS`, the most recent kept). Protobuf's Python messages
-(upb, protobuf 4) each take memory of their own, and at every 10,000th free
-of it protobuf calls glibc's `malloc_trim(0)`, which hands every free page
-of the heap back to the kernel, the pages a driver keeps for its rounds'
-buffers (`malloc_tuning`) too; the next round faults them in again. At
-Amazon-670K's shape (4,000 clients, one worker) the headers were 586 of the
-driver's 790 messages a round, and every ninth round took it ~0.5-2 CPU s
-more than the others (the trim, by `strace`, and its faults).
+read, once (`HEADERS`, the most recent kept): every protocol buffer message
+freed counts towards protobuf's periodic `malloc_trim`, which hands the
+driver's kept heap back (`malloc_tuning`). At Amazon-670K's shape (4,000
+clients, one worker) the headers were 586 of the driver's 790 messages a
+round.
 
 `BytesStub` is TFF's gRPC stub with a `create_value_bytes` that sends such a
 request and a `compute_bytes` that returns the response's bytes;
