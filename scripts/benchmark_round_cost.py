@@ -26,8 +26,8 @@ and `workers_cpu_total_share` its workers' CPU summed over the one worker's
 (the split's cost; the median over sittings, each sitting's too). Every run
 states its round modelled on as many machines as workers, each with its
 worker and a share of the shards (`modelled_round`: the driver's CPU
-seconds plus the busiest machine's), and `driver_share_of_modelled_round` the driver's share of it
-(the median over sittings; each sitting's too).
+seconds plus the busiest machine's), and `driver_share_of_modelled_round`
+the driver's share of it (the median over sittings; each sitting's too).
 `make benchmark-round-cost` runs both algorithms at 10k, 100k and 670k
 classes (Amazon-670K's 135,909 features) with the same clients, the
 contrasts at 100k, and 4,000 clients a round on 1 and 3 workers with the
