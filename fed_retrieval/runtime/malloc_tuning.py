@@ -5,24 +5,29 @@ A round moves its values between processes through several copies of each
 side parses them). By default glibc maps each allocation above its mmap
 threshold afresh and trims the heap's free top, so every round faulted its
 buffers' pages in again. `SETTINGS`, this process's and every worker's it
-starts: allocations up to 32 MB (glibc's largest mmap threshold) from the
-heap, up to 256 MB of free heap kept and the heap grown 256 MB at a time
-(each alone gave the faults back), at most one arena a core. On `xc_small`'s
-FedAwS a steady round took 169-187 ms instead of 222-233, on Bibtex's
-739-766 ms instead of 998-1034; MovieLens's ~2 MB rounds did not move. The
-cost: up to 256 MB of freed memory stays in each arena of each process.
+starts: no allocation mapped, up to 256 MB of free heap kept and the heap
+grown 256 MB at a time (each alone gave the faults back), at most one arena
+a core. On `xc_small`'s FedAwS a steady round took 169-187 ms instead of
+222-233, on Bibtex's 739-766 ms instead of 998-1034; MovieLens's ~2 MB
+rounds did not move.
 
-`DRIVER_SETTINGS` add, for the driving process alone, no allocation mapped
-and one arena: at Amazon-670K's shape each call's bag sums come back as a
-35 MB answer and the 171 MB table is copied each round, above any mmap
-threshold (a quarter of the driver's CPU, perf); from the heap the driver
-took 0.84-0.90 CPU s a round instead of 1.04-1.41 on 3 workers for ~0.25 GB
-more, and with one arena 1.48-1.58 instead of 1.83-2.13 (FedSS, calls in
-turn), its threads waiting on the workers, not on malloc. The workers keep
-mapping: with nothing mapped each keeps its calls' peak in its heap (FedSS's
-tree on 3 workers, 4,000 clients: 7.5 and 8.1 GB against 6.4 and 6.7, over
-its 8 GB bound), and with one arena too each FedAwS worker took more CPU
-(23.4 against 20.3 s a round, side by side).
+Nothing is mapped because glibc maps whatever is above 32 MB (its largest
+threshold): at Amazon-670K's shape each call's bag rows and sums are 35 MB
+arrays, which a worker copies five or six times a call (the request, TFF's
+value, the tensor, TF's sums, the answer), and the driver's 171 MB table is
+copied each round. Mapped, they were 98% of a FedAwS worker's 100-150k page
+faults a round (perf), which took 0.3-3.8 CPU s a round in the kernel for
+the same calls on a 2-core virtual machine. From the heap one worker took
+17.5 CPU s a round instead of 20.6-22.0 (0.3 of it in the kernel, not
+4.2-5.1), each of three 5.3-5.5 instead of 6.5-9.5 (FedAwS, 4,000 clients,
+calls in turn), and the driver 0.84-0.90 instead of 1.04-1.41. The cost:
+each process keeps its calls' peak, including the values TFF's executor has
+the worker free 20 disposals at a time (that FedAwS tree on 3 workers 5.9
+GB instead of 5.0-5.2; FedSS's, its calls at once, 7.5 GB against 6.4). The
+driver alone has one arena: 1.48-1.58 CPU s a round instead of 1.83-2.13
+(FedSS, calls in turn), its threads waiting on the workers, not on malloc;
+a worker runs TF's threads, and with one arena a FedAwS worker took more
+CPU (23.4 against 20.3 s a round, side by side).
 
 Nor does the driver let NumPy advise 2 MB pages for its large arrays: with
 nothing mapped they lie in malloc's heap, which the advice then covers for
@@ -48,8 +53,9 @@ a program that drives TFF rounds, `scripts.cli`; any other at its first
 connection to a worker): glibc fixes the arena limit once reached, and
 tuned later the threads already started kept their arenas (FedSS's tree on
 3 workers 11.0-11.3 GB instead of 8.8-8.9). A worker gets `SETTINGS` through
-glibc's environment variables. A setting already in the environment wins:
-then none is changed (one alone can be worse than none).
+glibc's environment variables. A setting already in the environment (or
+a mapping threshold) wins: then none is changed (one alone can be worse
+than none).
 """
 
 import ctypes
@@ -64,18 +70,18 @@ from fed_retrieval.runtime import worker_threads
 # glibc's mallopt parameters and their environment variables.
 _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
-_M_MMAP_THRESHOLD = -3
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
 SETTINGS = {  # name: (mallopt parameter, value); the driver's and the workers'.
-    "MALLOC_MMAP_THRESHOLD_": (_M_MMAP_THRESHOLD, 32 * 1024 * 1024),
+    "MALLOC_MMAP_MAX_": (_M_MMAP_MAX, 0),
     "MALLOC_ARENA_MAX": (_M_ARENA_MAX, worker_threads.available_cores()),
     "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, 256 * 1024 * 1024),
     "MALLOC_TOP_PAD_": (_M_TOP_PAD, 256 * 1024 * 1024),
 }
-# The driver's: the workers', but no allocation mapped and one arena.
-DRIVER_SETTINGS = {**SETTINGS, "MALLOC_MMAP_MAX_": (_M_MMAP_MAX, 0),
-                   "MALLOC_ARENA_MAX": (_M_ARENA_MAX, 1)}
+# The driver's: the workers', but one arena.
+DRIVER_SETTINGS = {**SETTINGS, "MALLOC_ARENA_MAX": (_M_ARENA_MAX, 1)}
+# A user's choice of any of these wins (none of the settings is then made).
+USERS_OWN = (*SETTINGS, "MALLOC_MMAP_THRESHOLD_")
 
 # NumPy's switch for advising the kernel to back its large arrays with 2 MB
 # pages; the driver turns the advice off unless the environment sets it.
@@ -85,7 +91,7 @@ _tuned = False
 
 
 def _user_set(environment: Dict[str, str]) -> bool:
-  return any(name in environment for name in DRIVER_SETTINGS)
+  return any(name in environment for name in USERS_OWN)
 
 
 def _is_glibc() -> bool:
@@ -94,7 +100,7 @@ def _is_glibc() -> bool:
 
 def worker_environment() -> Dict[str, str]:
   """The environment a worker starts with: this one, plus the settings unless
-  any of them is already set."""
+  any of `USERS_OWN` is already set."""
   environment = dict(os.environ)
   if not _user_set(environment):
     environment.update({name: str(value) for name, (_, value) in SETTINGS.items()})
@@ -104,7 +110,7 @@ def worker_environment() -> Dict[str, str]:
 def tune_this_process() -> bool:
   """Applies `DRIVER_SETTINGS` to this process's malloc and turns NumPy's
   huge-page advice off (once; glibc only, and not when the environment sets
-  any of them; the advice stays when it sets `NUMPY_HUGEPAGES`). Returns
+  any of `USERS_OWN`; the advice stays when it sets `NUMPY_HUGEPAGES`). Returns
   whether the settings are in effect."""
   global _tuned
   if _tuned:
