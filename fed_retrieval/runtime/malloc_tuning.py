@@ -17,13 +17,15 @@ arrays, which a worker copies five or six times a call (the request, TFF's
 value, the tensor, TF's sums, the answer), and the driver's 171 MB table is
 copied each round. Mapped, they were 98% of a FedAwS worker's 100-150k page
 faults a round (perf), which took 0.3-3.8 CPU s a round in the kernel for
-the same calls on a 2-core virtual machine. From the heap one worker took
-17.5 CPU s a round instead of 20.6-22.0 (0.3 of it in the kernel, not
-4.2-5.1), each of three 5.3-5.5 instead of 6.5-9.5 (FedAwS, 4,000 clients,
-calls in turn), and the driver 0.84-0.90 instead of 1.04-1.41. The cost:
-each process keeps its calls' peak, including the values TFF's executor has
-the worker free 20 disposals at a time (that FedAwS tree on 3 workers 5.9
-GB instead of 5.0-5.2; FedSS's, its calls at once, 7.5 GB against 6.4). The
+the same calls on a 2-core virtual machine. From the heap one FedAwS worker
+took 17.0-17.5 CPU s a round instead of 20.6-22.5 (0.3-0.5 of it in the
+kernel, not 4.2-5.4), each of three 5.3-7.4 instead of 6.5-9.5 (4,000
+clients, calls in turn; the driver, tuned so first, 0.84-0.90 instead of
+1.04-1.41); one FedSS worker 27.6 instead of 32.2 (side by side), each of
+three 13.2-14.5 against 11.9-15.9. The cost: each process keeps its calls'
+peak, including the values TFF's executor has the worker free 20 disposals
+at a time (those trees on 3 workers: FedAwS's 5.7-5.9 GB instead of
+5.0-5.2, FedSS's 7.3-7.6 against 6.1-6.4, under their 8 GB bound). The
 driver alone has one arena: 1.48-1.58 CPU s a round instead of 1.83-2.13
 (FedSS, calls in turn), its threads waiting on the workers, not on malloc;
 a worker runs TF's threads, and with one arena a FedAwS worker took more
