@@ -6,9 +6,7 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-import tensorflow_federated as tff
 
 from fed_retrieval.runtime import malloc_tuning
 from fed_retrieval.runtime import worker_threads
@@ -98,42 +96,6 @@ def test_session_worker_runs_with_the_settings(tff_worker_environment):
     pytest.skip("the environment sets malloc itself")
   for name, (_, value) in malloc_tuning.SETTINGS.items():
     assert tff_worker_environment[name] == str(value)
-
-
-BIG = 10_000_000  # float32s: 40 MB, above glibc's largest mmap threshold.
-BUFFER_PAGES = BIG * 4 // 4096
-# TFF's remote executor has the worker free its values 20 disposals at a time.
-DISPOSE_BATCH = 20
-
-
-@tff.tensorflow.computation(tff.TensorType(np.float32, [BIG]))
-def _plus_one(values):
-  return values + 1.0
-
-
-def _minor_faults(pid: int) -> int:
-  with open(f"/proc/{pid}/stat") as stat:
-    return int(stat.read().rsplit(")", 1)[1].split()[7])
-
-
-def test_session_worker_keeps_a_calls_large_buffers_for_the_next(tff_context):
-  """A call's 40 MB argument and result pass through several copies in the
-  worker (the request, TFF's value, the tensor, the answer); mapped, each
-  faulted its 9,765 pages in again on every call (29-98k faults a call).
-  Kept in the heap, the calls after the worker freed a batch of values fault
-  few in (two values a call: twice through a batch by the last two)."""
-  if any(name in os.environ for name in malloc_tuning.USERS_OWN):
-    pytest.skip("the environment sets malloc itself")
-  values = np.ones(BIG, np.float32)
-  faults = []
-  for _ in range(DISPOSE_BATCH + 2):
-    before = _minor_faults(tff_context.pid)
-    result = _plus_one(values)
-    faults.append(_minor_faults(tff_context.pid) - before)
-  assert result[0] == 2 and result.shape == (BIG,)
-  # Mapped, every call faulted in three buffers or more; kept, one of the
-  # last two calls less than half of one (a call can still grow a heap).
-  assert min(faults[-2:]) < BUFFER_PAGES // 2, faults
 
 
 # Imports `scripts.cli` as the program argv[1] would, then has argv[2]
