@@ -70,6 +70,28 @@ def test_rows_moved_round_by_round_search_as_an_index_built_anew():
   assert found.shape == (50, 10)
 
 
+def test_rows_given_as_moved_are_placed_without_reading_the_table():
+  """Told a round's moved rows, the index places those and does not read
+  them from the table: handed the table of before, it finds (for classes
+  that did not move) what the index that read the new table finds."""
+  rng = np.random.default_rng(3)
+  table = clustered_table(5_000, 16, 50, 0.3, seed=3)
+  ids = np.sort(rng.choice(len(table), 400, replace=False))
+  after = table.copy()
+  after[ids] = clustered_table(400, 16, 50, 0.3, seed=4)
+  read, given = (class_neighbours.ApproximateNeighbours(table, seed=0) for _ in range(2))
+  queries = np.setdiff1d(np.arange(0, 5_000, 13), ids).astype(np.int32)
+  for index in read, given:
+    index.nearest(None, table, queries[:0], queries[:1], 10)  # Builds the lists.
+  read.moved(after, ids)
+  given.moved(table, ids, after[ids])
+  found = given.nearest(table, table, queries[:0], queries, 10)
+  np.testing.assert_array_equal(
+      found, read.nearest(after, after, queries[:0], queries, 10))
+  assert not np.array_equal(found, class_neighbours.ApproximateNeighbours(
+      table, seed=0).nearest(None, table, queries[:0], queries, 10))
+
+
 def test_rows_near_a_tie_between_two_centroids_take_the_same_lists_on_shards():
   """6,000 rows moved to the sums of two centroids (their lists decided by
   the last bits of faiss's float sums), one list scanned a query: three

@@ -65,3 +65,18 @@ def test_distinct_rows_added_whole_are_numpys_fancy_sums_to_the_bit(count):
   np.testing.assert_array_equal(added.view(np.int32), expected.view(np.int32))
   untouched = np.setdiff1d(np.arange(num_rows), ids)
   np.testing.assert_array_equal(added[untouched], start[untouched])
+
+
+@pytest.mark.parametrize("count", [0, 1, 300])
+def test_rows_put_whole_are_numpys_fancy_assignment(count):
+  """int32 ids in any order, rows given as another array's columns (not
+  contiguous): the same table as `table[ids] = rows`."""
+  rng = np.random.default_rng(count)
+  num_rows = 2 * count + 3
+  ids = rng.permutation(num_rows)[:count].astype(np.int32)
+  rows = rng.normal(size=(count, 10)).astype(np.float32)[:, ::2]
+  start = rng.normal(size=(num_rows, 5)).astype(np.float32)
+  expected, put = start.copy(), start.copy()
+  expected[ids] = rows
+  row_ids.put_rows(put, ids, rows)
+  np.testing.assert_array_equal(put.view(np.int32), expected.view(np.int32))

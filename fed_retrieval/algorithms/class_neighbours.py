@@ -280,13 +280,13 @@ class ApproximateNeighbours:
     self._placings = 0  # Turns the ranges among the shards (`_place`).
     _indexes.add(self)
 
-  def _place(self, table: np.ndarray, ids: np.ndarray, reset: bool) -> Callable[[], list]:
-    """A call that has the shards hold the rows of `ids` (sorted, unique),
-    read now (as they are: a shard normalizes them): each shard a range of
+  def _place(self, ids: np.ndarray, rows: np.ndarray, reset: bool) -> Callable[[], list]:
+    """A call that has the shards hold the table's `rows` of `ids` (sorted,
+    unique; as they are: a shard normalizes them): each shard a range of
     them (the ranges turned by one shard a placing), every shard dropping
     those it held (`ListShard.place`), or holding nothing else (`reset`)."""
     import faiss  # pylint: disable=g-import-not-at-top
-    rows, shards = table[ids], len(self._shards)
+    shards = len(self._shards)
     block = faiss.cvar.distance_compute_blas_query_bs
     ranges = assignment_ranges(len(ids), shards, block)
     ranges += [(len(ids), len(ids))] * (shards - len(ranges))  # Empty: drops only.
@@ -318,12 +318,17 @@ class ApproximateNeighbours:
     if placing is not None:
       placing.result()
 
-  def moved(self, table: np.ndarray, ids: np.ndarray) -> None:
-    """`table` is the last one the index holds with the rows `ids` changed.
-    They are placed in the background; the next search waits for them."""
+  def moved(self, table: np.ndarray, ids: np.ndarray,
+            rows: Optional[np.ndarray] = None) -> None:
+    """`table` is the last one the index holds with the rows `ids` changed
+    (given `rows`, their new values: then `ids` are sorted and distinct, and
+    the table is not read again). They are placed in the background; the
+    next search waits for them."""
     self._settled()
-    self._placing = self._mover.submit(self._place(
-        table, row_ids.distinct(ids, len(table)), reset=False))
+    if rows is None:
+      ids = row_ids.distinct(ids, len(table))
+      rows = np.take(table, ids, axis=0)
+    self._placing = self._mover.submit(self._place(ids, rows, reset=False))
     self._table = table
 
   def nearest(self, before: np.ndarray, table: np.ndarray, changed: np.ndarray,
@@ -333,7 +338,7 @@ class ApproximateNeighbours:
       self.moved(table, changed)
     else:
       self._settled()
-      self._place(table, np.arange(len(table), dtype=np.int64), reset=True)()
+      self._place(np.arange(len(table), dtype=np.int64), table, reset=True)()
       self._table = table
     self._settled()
     queries = _normalized(table[class_ids])

@@ -205,12 +205,15 @@ def spreadout_step(config: FedAwSConfig, initial_table: np.ndarray,
     # rows and writes them back into the round's table, O(rows moved) and not
     # O(C) (at 670k classes, the table's copies into TF and back were most of
     # a 100-client round's server step). The new rows are read as a view of
-    # the step's tensor: `.numpy()` would copy them.
+    # the step's tensor (`.numpy()` would copy them) and handed to the index
+    # as they are, not read back from the table.
     neighbours = index.nearest(before, table, updated, updated, k)
     rows, lookup = row_ids.distinct_and_lookup(
         np.concatenate([updated, neighbours.ravel()]), num_rows)
-    table[rows] = np.asarray(given(table[rows], lookup[updated], lookup[neighbours]))
-    index.moved(table, rows)
+    moved = np.asarray(given(np.take(table, rows, axis=0), lookup[updated],
+                             lookup[neighbours]))
+    row_ids.put_rows(table, rows, moved)
+    index.moved(table, rows, moved)
     return table
 
   return approximate

@@ -37,6 +37,19 @@ def distinct_and_positions(ids: np.ndarray, num_rows: int
   return rows, lookup[ids]
 
 
+def _whole_rows(table: np.ndarray) -> np.ndarray:
+  """[n] view of the C-contiguous `table` [n, D], each row one opaque item."""
+  row = np.dtype((np.void, table.shape[1] * table.itemsize))
+  return table.view(row).reshape(len(table))
+
+
+def put_rows(table: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
+  """table[ids] = rows for C-contiguous `table`, each row moved whole (NumPy's
+  fancy assignment moves a row's elements one by one: 318,000 rows of 64
+  floats took 20 ms against 14)."""
+  np.put(_whole_rows(table), ids, _whole_rows(np.ascontiguousarray(rows, table.dtype)))
+
+
 def add_rows(sums: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
   """sums[ids] += rows for distinct `ids` [n] into C-contiguous `sums`, in
   place: NumPy's fancy `+=` (the same float sums) moves a row's elements one
@@ -44,7 +57,7 @@ def add_rows(sums: np.ndarray, ids: np.ndarray, rows: np.ndarray) -> None:
   `sums`' rows viewed as opaque bytes), `ADD_BLOCK_ROWS` at a time. At
   Amazon-670K's shape, 16 shards' sums of 116,000 distinct rows each took
   0.17 CPU s to add against 0.43-0.48 (one-off, thread clocks)."""
-  whole = sums.view(np.dtype((np.void, sums.shape[1] * sums.itemsize))).reshape(len(sums))
+  whole = _whole_rows(sums)
   for start in range(0, len(ids), ADD_BLOCK_ROWS):
     block = ids[start:start + ADD_BLOCK_ROWS]
     gathered = np.take(whole, block)
