@@ -24,7 +24,7 @@ clients, calls in turn; the driver, tuned so first, 0.84-0.90 instead of
 1.04-1.41); one FedSS worker 27.6 instead of 32.2 (side by side), each of
 three 13.2-14.5 against 11.9-15.9. The cost: each process keeps its calls'
 peak, including the values TFF's executor has the worker free 20 disposals
-at a time (those trees on 3 workers: FedAwS's 5.7-5.9 GB instead of
+at a time (those trees on 3 workers: FedAwS's 5.7-6.0 GB instead of
 5.0-5.2, FedSS's 7.3-7.6 against 6.1-6.4, under their 8 GB bound). The
 driver alone has one arena: 1.48-1.58 CPU s a round instead of 1.83-2.13
 (FedSS, calls in turn), its threads waiting on the workers, not on malloc;
