@@ -18,8 +18,8 @@ value, the tensor, TF's sums, the answer), and the driver's 171 MB table is
 copied each round. Mapped, they were 98% of a FedAwS worker's 100-150k page
 faults a round (perf), which took 0.3-3.8 CPU s a round in the kernel for
 the same calls on a 2-core virtual machine. From the heap one FedAwS worker
-took 17.0-17.5 CPU s a round instead of 20.6-22.5 (0.3-0.5 of it in the
-kernel, not 4.2-5.4), each of three 5.3-7.4 instead of 6.5-9.5 (4,000
+took 17.0 CPU s a round instead of 20.6-22.5 (0.5 of it in the kernel,
+not 4.2-5.4), each of three 5.6-7.5 instead of 6.5-9.5 (4,000
 clients, calls in turn; the driver, tuned so first, 0.84-0.90 instead of
 1.04-1.41); one FedSS worker 27.6 instead of 32.2 (side by side), each of
 three 13.2-14.5 against 11.9-15.9. The cost: each process keeps its calls'
